@@ -1,0 +1,34 @@
+"""trl-ragen2 environments, installed as `trl_ragen2_envs`.
+
+`make_env(name, **config)` builds one by name. Each module is imported only when its environment is asked
+for, and a missing optional dependency raises an `ImportError` naming the extra to install.
+"""
+
+from importlib import import_module
+
+from .base import StepResult, TextEnv, invalid_step
+
+
+# name -> "module:Class"; modules are relative to this package
+ENVIRONMENTS = {
+    "sokoban": "sokoban:SokobanEnv",
+    "frozen_lake": "frozen_lake:FrozenLakeEnv",
+    "countdown": "countdown:CountdownEnv",
+    "metamathqa": "metamathqa:MetaMathQAEnv",
+    "webshop": "webshop.env:WebShopEnv",
+}
+
+
+def get_env_class(name: str):
+    if name not in ENVIRONMENTS:
+        raise ValueError(f"env={name!r} is not a known environment; choose one of {sorted(ENVIRONMENTS)}")
+    module_name, class_name = ENVIRONMENTS[name].split(":")
+    return getattr(import_module(f".{module_name}", __name__), class_name)
+
+
+def make_env(name: str, **config) -> TextEnv:
+    """Build the environment `name` (see `ENVIRONMENTS`) with its configuration keywords."""
+    return get_env_class(name)(**config)
+
+
+__all__ = ["ENVIRONMENTS", "StepResult", "TextEnv", "get_env_class", "invalid_step", "make_env"]

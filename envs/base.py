@@ -1,0 +1,67 @@
+"""The protocol every trl-ragen2 environment follows, and the small helpers they share.
+
+One episode: `reset(seed) -> observation text`, then `step(action text) -> (observation, reward, done, info)`
+until `done`. `info` always carries `success` (task solved) and `action_is_valid` (the action was understood
+and legal). The same seed gives the same instance. Model output is untrusted input: `step` never raises on it;
+an action it cannot use is reported with `action_is_valid=False` and leaves the state unchanged (the rollout
+applies the format penalty).
+
+Environments are plain Python (numpy at most): no torch, no TRL.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+
+StepResult = tuple[str, float, bool, dict[str, Any]]
+
+
+class TextEnv(ABC):
+    """Base class of the text environments.
+
+    Subclasses set `name`, implement `reset`, `step` and `render`, and return their task instructions from
+    `instructions`. Discrete tasks list their action vocabulary in `action_vocabulary()`; open-ended ones
+    (Countdown, MetaMathQA) return `None`.
+    """
+
+    name: str = ""
+
+    def __init__(self) -> None:
+        self.rng = np.random.default_rng()
+
+    @property
+    @abstractmethod
+    def instructions(self) -> str:
+        """Task instructions, placed in the system message after "You're a helpful assistant. "."""
+
+    def action_vocabulary(self) -> list[str] | None:
+        """The actions the task accepts (case-insensitive), or `None` for free-form answers."""
+        return None
+
+    @abstractmethod
+    def reset(self, seed: int | None = None) -> str:
+        """Start a new episode; the same seed gives the same instance. Returns the first observation."""
+
+    @abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply one action (untrusted text); never raises on it."""
+
+    @abstractmethod
+    def render(self) -> str:
+        """The current state as text (the observation `reset` and `step` return)."""
+
+    def close(self) -> None:
+        """Release resources (most environments hold none)."""
+
+    def seed_rng(self, seed: int | None) -> None:
+        """Give the environment its own generator: the same seed gives the same instance, no global state."""
+        self.rng = np.random.default_rng(seed)
+
+
+def invalid_step(observation: str, reason: str, **info: Any) -> StepResult:
+    """The result of an action the environment could not use: no reward, state unchanged, not done."""
+    return observation, 0.0, False, {"success": False, "action_is_valid": False, "invalid_reason": reason, **info}

@@ -1,0 +1,37 @@
+"""trl-ragen2: RAGEN-2 template-collapse diagnostics and SNR-aware filtering for Hugging Face TRL.
+
+Public names are imported lazily, so `import trl_ragen2.filtering` stays free of TRL and transformers.
+"""
+
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
+
+
+try:
+    __version__ = version("trl-ragen2")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0"
+
+# public name -> module that defines it
+_LAZY = {
+    "group_reward_scores": "trl_ragen2.filtering",
+    "select_groups": "trl_ragen2.filtering",
+    "filter_stats": "trl_ragen2.filtering",
+    "SNRFilteredGRPOConfig": "trl_ragen2.grpo_config",
+    "SNRFilteredGRPOTrainer": "trl_ragen2.grpo_trainer",
+    "make_tiny_model": "trl_ragen2.tiny",
+    "make_tiny_tokenizer": "trl_ragen2.tiny",
+    "load_model_and_tokenizer": "trl_ragen2.tiny",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'trl_ragen2' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

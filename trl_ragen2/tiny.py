@@ -1,0 +1,198 @@
+"""Offline tiny-model kit: a tiny Qwen2 causal LM and a ChatML tokenizer, built in-process in seconds.
+
+Nothing is downloaded. Tests, notebooks and the recipes' CPU presets use it; recipes accept the model name
+``"tiny"`` besides any Hub id or local path (see [`load_model_and_tokenizer`]).
+
+The tokenizer is a byte-level BPE trained on a fixed corpus (so any text round-trips), with Qwen2.5's ChatML
+special tokens and TRL's bundled ``qwen2_5`` chat template, which TRL accepts for conversational prompts and for
+tool calling. ``<think>``, ``</think>``, ``<answer>`` and ``</answer>`` are single (non-special) tokens, so
+decoding with ``skip_special_tokens=True`` keeps them, as with Qwen2.5.
+
+```python
+from trl_ragen2.tiny import make_tiny_model, make_tiny_tokenizer
+
+tokenizer = make_tiny_tokenizer()
+model = make_tiny_model(tokenizer, seed=0)
+```
+"""
+
+from __future__ import annotations
+
+import string
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+
+TINY_MODEL_NAME = "tiny"
+
+CHATML_SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+]
+# Plain (non-special) tokens: kept by `skip_special_tokens=True`, as in Qwen2.5's tokenizer.
+REASONING_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
+
+# Words the tiny BPE learns as whole tokens, so prompts of the bundled environments stay short.
+_CORPUS_WORDS = (
+    "system user assistant tool You're a helpful assistant. Turn State: You have actions left. Always output: "
+    "Your thoughts your answer with no extra text. Strictly follow this format. Max response length: words tokens "
+    "Reward: Up Down Left Right box target wall player goal hole frozen lake sokoban countdown numbers target "
+    "search click buy now back to search next prev description features reviews instruction price size color "
+    'the answer is: {"name": "move", "arguments": {"direction": "up"}} search[ click[ ] || 0 1 2 3 4 5 6 7 8 9'
+)
+
+
+def _chat_template(name: str) -> str:
+    import trl
+
+    path = Path(trl.__file__).parent / "chat_templates" / f"{name}.jinja"
+    if not path.exists():
+        available = sorted(p.stem for p in path.parent.glob("*.jinja"))
+        raise ValueError(f"chat_template={name!r} is not bundled with TRL; choose one of {available}")
+    return path.read_text()
+
+
+@lru_cache(maxsize=8)
+def _trained_bpe(vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=CHATML_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = [string.printable * 4, _CORPUS_WORDS] * 50
+    tokenizer.train_from_iterator(corpus, trainer)
+    return tokenizer.to_str()
+
+
+def make_tiny_tokenizer(vocab_size: int = 1024, chat_template: str | None = "qwen2_5"):
+    """Build a byte-level BPE tokenizer with ChatML special tokens, offline and deterministic.
+
+    Args:
+        vocab_size (`int`, defaults to `1024`):
+            Target size of the BPE vocabulary (the trained vocabulary may be smaller on this small corpus).
+        chat_template (`str` or `None`, defaults to `"qwen2_5"`):
+            Name of a chat template bundled with TRL (`trl/chat_templates/{name}.jinja`). `"qwen2_5"` passes TRL's
+            tool-calling checks. `None` leaves the template unset (plain-text prompts only).
+
+    Returns:
+        `transformers.PreTrainedTokenizerFast` with `eos_token="<|im_end|>"`, `pad_token="<|endoftext|>"` and
+        left padding.
+    """
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size < 300:
+        raise ValueError(f"vocab_size must be >= 300 (256 bytes + special tokens), got {vocab_size}")
+    backend = Tokenizer.from_str(_trained_bpe(vocab_size))
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        padding_side="left",
+        truncation_side="left",
+    )
+    tokenizer.add_tokens(REASONING_TOKENS, special_tokens=False)
+    if chat_template is not None:
+        tokenizer.chat_template = _chat_template(chat_template)
+    return tokenizer
+
+
+def make_tiny_model(
+    tokenizer=None,
+    *,
+    seed: int = 0,
+    vocab_size: int | None = None,
+    hidden_size: int = 32,
+    intermediate_size: int = 64,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 2,
+    num_key_value_heads: int = 1,
+    max_position_embeddings: int = 4096,
+    dtype: torch.dtype = torch.float32,
+):
+    """Build a randomly initialised tiny `Qwen2ForCausalLM`, deterministic for `seed`, without touching global RNG.
+
+    Args:
+        tokenizer (*optional*):
+            The tokenizer the model pairs with; sets the vocabulary size and the EOS/pad ids. Built with
+            [`make_tiny_tokenizer`] when omitted.
+        seed (`int`, defaults to `0`):
+            Seed of the weight initialisation.
+        vocab_size (`int`, *optional*):
+            Override the embedding size (e.g. 32000 to benchmark a realistic LM head); at least `len(tokenizer)`.
+        hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+        max_position_embeddings:
+            Qwen2 architecture sizes.
+        dtype (`torch.dtype`, defaults to `torch.float32`):
+            Parameter dtype.
+    """
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if tokenizer is None:
+        tokenizer = make_tiny_tokenizer()
+    vocab = len(tokenizer) if vocab_size is None else vocab_size
+    if vocab < len(tokenizer):
+        raise ValueError(f"vocab_size ({vocab}) must be >= len(tokenizer) ({len(tokenizer)})")
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(dtype)
+
+
+def is_tiny_model_name(name_or_path: str | None) -> bool:
+    return name_or_path is not None and name_or_path.strip().lower() == TINY_MODEL_NAME
+
+
+def load_model_and_tokenizer(model_name_or_path: str, *, seed: int = 0, dtype: str | torch.dtype | None = None, **kwargs):
+    """Load a causal LM and its tokenizer from a Hub id or a local path, or build the tiny model for `"tiny"`.
+
+    Args:
+        model_name_or_path (`str`):
+            `"tiny"` for the offline tiny model, otherwise anything `from_pretrained` accepts.
+        seed (`int`, defaults to `0`):
+            Weight seed of the tiny model (ignored for pretrained models).
+        dtype (`str` or `torch.dtype`, *optional*):
+            Parameter dtype (`"float32"`, `"bfloat16"`, ...); `"auto"` or `None` keeps the checkpoint's.
+        **kwargs:
+            Passed to `AutoModelForCausalLM.from_pretrained` (e.g. `attn_implementation`).
+    """
+    if is_tiny_model_name(model_name_or_path):
+        tokenizer = make_tiny_tokenizer()
+        torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
+        model = make_tiny_model(tokenizer, seed=seed, dtype=torch_dtype or torch.float32)
+        return model, tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=dtype or "auto", **kwargs)
+    return model, tokenizer
