@@ -16,6 +16,8 @@ ENVIRONMENTS = {
     "countdown": "countdown:CountdownEnv",
     "metamathqa": "metamathqa:MetaMathQAEnv",
     "webshop": "webshop.env:WebShopEnv",
+    "searchqa": "searchqa.env:SearchQAEnv",
+    "deepcoder": "deepcoder.env:DeepCoderEnv",
 }
 
 
