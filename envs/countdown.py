@@ -1,0 +1,450 @@
+"""Countdown: combine the given numbers with + - * / into an expression that equals the target.
+
+One episode is one answer. The observation is RAGEN's `Target: 24, nums: [3, 5, 8, 1]`; the answer is an
+arithmetic expression such as `(8 - 5) * (1 + 7)`. Reward (RAGEN-2, paper §4.2):
+
+- 1.0: the expression uses exactly the given numbers (each once, as a multiset) and equals the target;
+- 0.1: it uses exactly the given numbers but has another value (division by zero included);
+- 0.0: it uses other numbers.
+
+An answer that is not an expression of the accepted form (below) is an invalid action: reward 0, state
+unchanged, episode not over (the rollout's turn budget, 1 turn in RAGEN, decides whether the model may answer
+again). A valid answer ends the episode.
+
+Accepted expressions: non-negative integer literals (at most `MAX_LITERAL_DIGITS` digits), binary `+ - * /`,
+parentheses (nesting at most `MAX_NESTING` deep) and unary minus (`-3 + 8`, `-(3 - 8)`), at most
+`MAX_EXPRESSION_CHARS` characters. Nothing else: no `**`, `//`, `%`, decimals, names, calls or `=`. The
+expression is evaluated exactly with `fractions.Fraction` by a small recursive-descent parser (never `eval`), so
+`8 / (3 - 8 / 3) = 24` counts even though `8 / 3` is not an integer.
+
+Problems come from a procedural generator (default) or a local file in the Countdown-Tasks-3to4 format. The
+generator draws 3-4 integers in 1-99 from the environment's generator, builds a random expression over all of
+them, and keeps it when its value is a positive integer no larger than `max_target` (default 1000, so targets
+stay mental-arithmetic sized; `None` lifts the bound); `plus_minus_only` restricts the operators to + and -,
+which reproduces RAGEN's filter to +/- solvable problems. With a file, the problem is
+`problems[seed % len(problems)]`, and `plus_minus_only` keeps only the +/- solvable records, as RAGEN does.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import StepResult, TextEnv, invalid_step
+
+
+### prompts
+
+INSTRUCTIONS = (
+    "You are solving the Countdown puzzle. Combine every number in the list exactly once with +, -, * and / "
+    "(parentheses allowed) into an expression whose value is the target. Put only the expression in the answer. "
+    "Example: for target 4 and nums [3, 5, 2], <think>2 + 5 = 7 and 7 - 3 = 4.</think><answer>2 + 5 - 3</answer>"
+)
+TOOL_INSTRUCTIONS = (
+    "Use every number in nums exactly once with +, -, * and / (parentheses allowed) to reach the target, "
+    "then submit the expression with the `answer` tool."
+)
+
+
+def render_problem(target: int, nums: list[int] | tuple[int, ...]) -> str:
+    """RAGEN's observation text."""
+    return f"Target: {target}, nums: {list(nums)}"
+
+
+### game logic (pure functions)
+
+MAX_EXPRESSION_CHARS = 256
+MAX_LITERAL_DIGITS = 6
+MAX_NESTING = 16
+CORRECT_REWARD = 1.0
+FORMAT_REWARD = 0.1
+
+
+class ExpressionError(ValueError):
+    """The text is not an expression of the accepted form."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A parsed expression: its literals in order of appearance and its exact value (`None` on division by 0)."""
+
+    literals: tuple[int, ...]
+    value: Fraction | None
+
+
+def _tokenize(text: str) -> list[str]:
+    tokens, position = [], 0
+    while position < len(text):
+        char = text[position]
+        if char in " \t\r\n":
+            position += 1
+        elif char in "+-*/()":
+            if char in "*/" and text[position + 1 : position + 2] == char:
+                raise ExpressionError(f"{char * 2!r} is not allowed; use only + - * /")
+            tokens.append(char)
+            position += 1
+        elif "0" <= char <= "9":
+            end = position
+            while end < len(text) and "0" <= text[end] <= "9":
+                end += 1
+            if end - position > MAX_LITERAL_DIGITS:
+                raise ExpressionError(f"number {text[position:end][:20]}... has more than {MAX_LITERAL_DIGITS} digits")
+            tokens.append(text[position:end])
+            position = end
+        else:
+            raise ExpressionError(f"character {char!r} at position {position} is not allowed")
+    return tokens
+
+
+class _Parser:
+    """Recursive descent over `expr := term (('+'|'-') term)*`, `term := unary (('*'|'/') unary)*`,
+    `unary := '-' unary | '(' expr ')' | integer`. Division by zero poisons the value to `None`."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens, self.position, self.depth = tokens, 0, 0
+        self.literals: list[int] = []
+
+    def peek(self) -> str | None:
+        return self.tokens[self.position] if self.position < len(self.tokens) else None
+
+    def take(self) -> str:
+        token = self.peek()
+        if token is None:
+            raise ExpressionError("the expression ends too early")
+        self.position += 1
+        return token
+
+    def expression(self) -> Fraction | None:
+        value = self.term()
+        while self.peek() in ("+", "-"):
+            operator, right = self.take(), self.term()
+            if value is not None and right is not None:
+                value = value + right if operator == "+" else value - right
+            else:
+                value = None
+        return value
+
+    def term(self) -> Fraction | None:
+        value = self.unary()
+        while self.peek() in ("*", "/"):
+            operator, right = self.take(), self.unary()
+            if value is None or right is None or (operator == "/" and right == 0):
+                value = None
+            else:
+                value = value * right if operator == "*" else value / right
+        return value
+
+    def unary(self) -> Fraction | None:
+        token = self.take()
+        if token == "-":
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise ExpressionError(f"more than {MAX_NESTING} nested signs or parentheses")
+            value = self.unary()
+            self.depth -= 1
+            return None if value is None else -value
+        if token == "(":
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise ExpressionError(f"more than {MAX_NESTING} nested signs or parentheses")
+            value = self.expression()
+            if self.take() != ")":
+                raise ExpressionError("a '(' is not closed")
+            self.depth -= 1
+            return value
+        if token.isdigit():
+            self.literals.append(int(token))
+            return Fraction(int(token))
+        raise ExpressionError(f"expected a number, '-' or '(' but found {token!r}")
+
+
+def evaluate_expression(text: str) -> Evaluation:
+    """Parse and evaluate `text` exactly; raises `ExpressionError` when it is not an accepted expression."""
+    if not isinstance(text, str):
+        raise ExpressionError(f"the answer must be text, got {type(text).__name__}")
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise ExpressionError(f"the expression is longer than {MAX_EXPRESSION_CHARS} characters")
+    tokens = _tokenize(text)
+    if not tokens:
+        raise ExpressionError("the expression is empty")
+    parser = _Parser(tokens)
+    value = parser.expression()
+    if parser.position != len(tokens):
+        raise ExpressionError(f"unexpected {tokens[parser.position]!r} after a complete expression")
+    return Evaluation(literals=tuple(parser.literals), value=value)
+
+
+def score_evaluation(evaluation: Evaluation, target: int, nums: list[int] | tuple[int, ...]) -> float:
+    """RAGEN's Countdown reward of a parsed expression."""
+    if Counter(evaluation.literals) != Counter(nums):
+        return 0.0
+    return CORRECT_REWARD if evaluation.value == target else FORMAT_REWARD
+
+
+def score_answer(answer: str, target: int, nums: list[int] | tuple[int, ...]) -> float:
+    """RAGEN's Countdown reward of an answer text (0 when it is not an accepted expression)."""
+    try:
+        return score_evaluation(evaluate_expression(answer), target, nums)
+    except ExpressionError:
+        return 0.0
+
+
+def solvable_with_plus_minus(target: int, nums: list[int] | tuple[int, ...]) -> bool:
+    """Whether some choice of signs gives `±n1 ± n2 ± ... = target` (RAGEN's data filter)."""
+    return any(
+        sum(sign * number for sign, number in zip(signs, nums, strict=True)) == target
+        for signs in itertools.product((1, -1), repeat=len(nums))
+    )
+
+
+@dataclass(frozen=True)
+class CountdownProblem:
+    """One puzzle; `solution` is an expression reaching the target when known (generated problems)."""
+
+    target: int
+    nums: tuple[int, ...]
+    solution: str | None = None
+
+
+def generate_problem(
+    rng: np.random.Generator,
+    *,
+    min_numbers: int = 3,
+    max_numbers: int = 4,
+    max_number: int = 99,
+    max_target: int | None = 1000,
+    plus_minus_only: bool = False,
+) -> CountdownProblem:
+    """Draw numbers and a random expression over all of them until its value is a positive integer target."""
+    operators = ("+", "-") if plus_minus_only else ("+", "-", "*", "/")
+    count = int(rng.integers(min_numbers, max_numbers + 1))  # drawn once, so counts stay uniform
+    while True:  # rejection sampling; most configurations keep a large share of the draws
+        nums = tuple(int(n) for n in rng.integers(1, max_number + 1, size=count))
+        drawn = _random_expression(rng, nums, operators)
+        if drawn is None:
+            continue
+        text, value = drawn
+        if value.denominator == 1 and value > 0 and (max_target is None or value <= max_target):
+            return CountdownProblem(target=int(value), nums=nums, solution=text)
+
+
+def _random_expression(
+    rng: np.random.Generator, nums: tuple[int, ...], operators: tuple[str, ...]
+) -> tuple[str, Fraction] | None:
+    """A random expression using every number once, with its value; `None` if it divides by zero."""
+    # Combining random pairs until one expression is left gives a random binary tree over the numbers.
+    parts = [(str(n), Fraction(n)) for n in nums]
+    while len(parts) > 1:
+        i, j = (int(k) for k in rng.choice(len(parts), size=2, replace=False))
+        (left_text, left), (right_text, right) = parts[i], parts[j]
+        operator = operators[int(rng.integers(len(operators)))]
+        if operator == "+":
+            value = left + right
+        elif operator == "-":
+            value = left - right
+        elif operator == "*":
+            value = left * right
+        elif right == 0:
+            return None
+        else:
+            value = left / right
+        parts = [part for k, part in enumerate(parts) if k not in (i, j)]
+        parts.append((f"({left_text} {operator} {right_text})", value))
+    text, value = parts[0]
+    return text[1:-1], value
+
+
+def problem_from_record(record: dict[str, Any], *, where: str) -> CountdownProblem:
+    """A problem from a Countdown-Tasks-3to4 record (`target`, `nums`); `where` locates it in error messages."""
+    for key in ("target", "nums"):
+        if key not in record:
+            raise ValueError(f"{where}: missing field {key!r} (Countdown records need 'target' and 'nums')")
+    target, nums = record["target"], record["nums"]
+
+    def as_int(value: Any, field: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{where}: field {field!r} must be an integer, got {value!r}")
+        if int(value) != value:
+            raise ValueError(f"{where}: field {field!r} must be an integer, got {value!r}")
+        return int(value)
+
+    if isinstance(nums, (str, bytes, dict)) or not hasattr(nums, "__iter__"):
+        raise ValueError(f"{where}: field 'nums' must be a list of integers, got {nums!r}")
+    numbers = tuple(as_int(n, "nums") for n in nums)
+    if not numbers or any(n < 0 for n in numbers):
+        raise ValueError(f"{where}: field 'nums' must be a non-empty list of non-negative integers, got {nums!r}")
+    if any(len(str(n)) > MAX_LITERAL_DIGITS for n in numbers):
+        raise ValueError(f"{where}: numbers in 'nums' must have at most {MAX_LITERAL_DIGITS} digits, got {nums!r}")
+    return CountdownProblem(target=as_int(target, "target"), nums=numbers)
+
+
+@lru_cache(maxsize=8)
+def _load_cached(path: str, mtime_ns: int, max_problems: int | None, plus_minus_only: bool):
+    from .datasets import read_records
+
+    records = read_records(path, what="Countdown problems")
+    if max_problems is not None:
+        records = records[:max_problems]
+    problems = [problem_from_record(record, where=f"{path}: record {index}") for index, record in enumerate(records)]
+    if plus_minus_only:
+        problems = [p for p in problems if solvable_with_plus_minus(p.target, p.nums)]
+    if not problems:
+        raise ValueError(f"{path}: no problem left after filtering (plus_minus_only={plus_minus_only})")
+    return tuple(problems)
+
+
+def load_problems(
+    path: str | Path, *, max_problems: int | None = None, plus_minus_only: bool = False
+) -> tuple[CountdownProblem, ...]:
+    """Countdown-Tasks-3to4 records from a local .jsonl, .json or .parquet file (cached per file version).
+
+    `max_problems` keeps the first records (RAGEN uses 20,000) before `plus_minus_only` filters them.
+    """
+    resolved = Path(path).expanduser().resolve()
+    if not resolved.is_file():
+        raise FileNotFoundError(f"data_path={str(path)!r} does not exist; pass a Countdown-Tasks-3to4 file")
+    return _load_cached(str(resolved), resolved.stat().st_mtime_ns, max_problems, plus_minus_only)
+
+
+### env class
+
+
+class CountdownEnv(TextEnv):
+    """Countdown puzzles, generated (default) or read from `data_path`. See the module docstring for the rules."""
+
+    name = "countdown"
+
+    def __init__(
+        self,
+        data_path: str | None = None,
+        *,
+        plus_minus_only: bool = False,
+        min_numbers: int = 3,
+        max_numbers: int = 4,
+        max_number: int = 99,
+        max_target: int | None = 1000,
+        max_problems: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not 2 <= min_numbers <= max_numbers <= 8:
+            raise ValueError(
+                f"need 2 <= min_numbers <= max_numbers <= 8, got min_numbers={min_numbers}, max_numbers={max_numbers}"
+            )
+        if not 1 <= max_number < 10**MAX_LITERAL_DIGITS:
+            raise ValueError(f"max_number must be in [1, {10**MAX_LITERAL_DIGITS - 1}], got {max_number}")
+        if max_target is not None and max_target < 1:
+            raise ValueError(f"max_target must be >= 1 or None (no bound), got {max_target}")
+        self.generator_config = dict(
+            min_numbers=min_numbers,
+            max_numbers=max_numbers,
+            max_number=max_number,
+            max_target=max_target,
+            plus_minus_only=plus_minus_only,
+        )
+        self.problems = (
+            load_problems(data_path, max_problems=max_problems, plus_minus_only=plus_minus_only)
+            if data_path is not None
+            else None
+        )
+        self.problem: CountdownProblem | None = None
+        self.done = False
+        self.success = False
+        self.observation = ""
+
+    @property
+    def instructions(self) -> str:
+        return INSTRUCTIONS
+
+    def reset(self, seed: int | None = None) -> str:
+        self.seed_rng(seed)
+        if self.problems is not None:
+            index = seed % len(self.problems) if seed is not None else int(self.rng.integers(len(self.problems)))
+            self.problem = self.problems[index]
+        else:
+            self.problem = generate_problem(self.rng, **self.generator_config)
+        self.done, self.success = False, False
+        self.observation = render_problem(self.problem.target, self.problem.nums)
+        return self.observation
+
+    def step(self, action: str) -> StepResult:
+        if self.problem is None:
+            raise RuntimeError("call reset() before step()")
+        if self.done:
+            info = {"success": self.success, "action_is_valid": False, "invalid_reason": "the episode is over"}
+            return self.observation, 0.0, True, info
+        try:
+            evaluation = evaluate_expression(action)
+        except ExpressionError as error:
+            return invalid_step(self.observation, f"not an accepted expression: {error}")
+        reward = score_evaluation(evaluation, self.problem.target, self.problem.nums)
+        self.done, self.success = True, reward == CORRECT_REWARD
+        if self.success:
+            self.observation = f"Correct: {action.strip()} = {self.problem.target}."
+        elif reward > 0:
+            shown = "undefined (division by zero)" if evaluation.value is None else str(evaluation.value)
+            self.observation = f"Wrong value: {action.strip()} = {shown}, not {self.problem.target}."
+        else:
+            self.observation = f"Wrong numbers: the expression must use each of {list(self.problem.nums)} once."
+        info = {"success": self.success, "action_is_valid": True, "action_is_effective": reward > 0}
+        return self.observation, reward, True, info
+
+    def render(self) -> str:
+        return self.observation
+
+
+### TRL adapter
+
+
+class CountdownToolEnv:
+    """Countdown for `trl.GRPOTrainer(environment_factory=CountdownToolEnv)`: one `answer` tool.
+
+    `reset(**row)` reads `seed` and the optional `env_config` (JSON text or dict of `CountdownEnv` keywords) from
+    the dataset row; the reward is the environment's (1.0, 0.1 or 0).
+    """
+
+    def __init__(self) -> None:
+        self._env: CountdownEnv | None = None
+        self._config_key: str | None = None
+        self._reward = 0.0
+
+    def reset(self, **row: Any) -> str:
+        from .datasets import env_config_json, parse_env_config
+
+        config = parse_env_config(row.get("env_config"))
+        key = env_config_json(config)
+        if self._env is None or key != self._config_key:
+            self._env, self._config_key = CountdownEnv(**config), key
+        self._reward = 0.0
+        seed = row.get("seed")
+        observation = self._env.reset(seed=None if seed is None else int(seed))
+        return f"{observation}\n{TOOL_INSTRUCTIONS}"
+
+    def answer(self, expression: str) -> str:
+        """Submit the final arithmetic expression for the current Countdown puzzle.
+
+        Args:
+            expression: An expression over the given numbers, each used exactly once, with + - * / and
+                parentheses, for example "(8 - 5) * (1 + 7)".
+
+        Returns:
+            Whether the expression reaches the target, or why it could not be read.
+        """
+        if self._env is None or self._env.problem is None:
+            return "No puzzle is loaded yet."
+        if self._env.done:
+            return "The puzzle is already answered; no further answers are scored."
+        observation, reward, _, info = self._env.step(expression if isinstance(expression, str) else str(expression))
+        if not info["action_is_valid"]:
+            return f"Invalid expression ({info['invalid_reason']}). Try again."
+        self._reward = float(reward)
+        return observation
+
+    def get_reward(self) -> float:
+        return self._reward

@@ -1,0 +1,392 @@
+"""Countdown: expression evaluator, RAGEN rewards, generator, file loader, env protocol and TRL adapter."""
+
+import ast
+import json
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trl_ragen2_envs import make_env
+from trl_ragen2_envs.countdown import (
+    MAX_EXPRESSION_CHARS,
+    MAX_NESTING,
+    CountdownEnv,
+    CountdownToolEnv,
+    ExpressionError,
+    evaluate_expression,
+    generate_problem,
+    load_problems,
+    score_answer,
+    solvable_with_plus_minus,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Evaluator and rewards
+
+
+@pytest.mark.parametrize(
+    "answer, target, nums, reward",
+    [
+        ("(5 - 3 + 1) * 8", 24, [3, 5, 8, 1], 1.0),  # correct
+        ("8*(1+5-3)", 24, [3, 5, 8, 1], 1.0),  # no spaces, any order
+        ("3 + 5 + 8 + 1", 24, [3, 5, 8, 1], 0.1),  # right numbers, value 17
+        ("3 * 8", 24, [3, 5, 8, 1], 0.0),  # numbers missing
+        ("3 * 8 * 1 * 5 / 5", 24, [3, 5, 8, 1], 0.0),  # an extra number
+        ("(3 + 3) * (5 - 1)", 24, [3, 5, 8, 1], 0.0),  # 3 reused, 8 unused
+        ("6 / (4 - 4)", 24, [4, 4, 6], 0.1),  # division by zero: right numbers, no value
+        ("8 / (3 - 8 / 3)", 24, [8, 3, 8, 3], 1.0),  # 8/3 is not an integer, the result is exactly 24
+        ("-3 + 5 + 2", 4, [3, 5, 2], 1.0),  # unary minus
+        ("2 - (3 - 5)", 4, [3, 5, 2], 1.0),
+        ("(1 + 2) / 3", 1, [1, 2, 3], 1.0),
+        ("1 + 2 / 3", 1, [1, 2, 3], 0.1),  # precedence: 5/3
+        ("2 ** 3 - 4", 4, [2, 3, 4], 0.0),  # power is not allowed
+        ("8 // 2", 4, [8, 2], 0.0),
+        ("7 % 3", 1, [7, 3], 0.0),
+        ("x + 3", 3, [3], 0.0),  # names
+        ("abs(3 - 5)", 2, [3, 5], 0.0),  # calls
+        ("__import__('os')", 0, [0], 0.0),
+        ("2.5 * 2", 5, [2, 2], 0.0),  # decimals
+        ("3 + 5 + 8 + 1 = 17", 17, [3, 5, 8, 1], 0.0),  # '=' is not part of an expression
+        ("99999999999 - 99999999975", 24, [99999999999, 99999999975], 0.0),  # literal too long
+        ("", 24, [3, 5, 8, 1], 0.0),
+        ("(3 + 5", 8, [3, 5], 0.0),
+        ("3 5 +", 8, [3, 5], 0.0),
+    ],
+)
+def test_rewards_by_hand(answer, target, nums, reward):
+    assert score_answer(answer, target, nums) == reward
+
+
+def test_evaluator_precedence_and_associativity():
+    assert evaluate_expression("2 + 3 * 4").value == 14
+    assert evaluate_expression("8 - 3 - 2").value == 3
+    assert evaluate_expression("8 / 4 / 2").value == 1
+    assert evaluate_expression("-(2 - 7) * -2").value == -10
+    assert evaluate_expression("1 / 3").value == Fraction(1, 3)
+    assert evaluate_expression("1 / (2 - 2) + 5").value is None
+    assert evaluate_expression(" 12 +\n 3 ").literals == (12, 3)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["2 ** 3", "2 * * 3", "1e3", "0x10", "1_000", "3 +", "(1))", "()", "True", "1 + 2; 3", "١ + 2", "--"],
+)
+def test_evaluator_rejects(text):
+    with pytest.raises(ExpressionError):
+        evaluate_expression(text)
+
+
+def test_evaluator_bounds():
+    nested = "(" * MAX_NESTING + "1" + ")" * MAX_NESTING
+    assert evaluate_expression(nested).value == 1
+    with pytest.raises(ExpressionError, match="nested"):
+        evaluate_expression("(" + nested + ")")
+    with pytest.raises(ExpressionError, match="nested"):
+        evaluate_expression("-" * (MAX_NESTING + 1) + "1")
+    with pytest.raises(ExpressionError, match="longer than"):
+        evaluate_expression("1+" * MAX_EXPRESSION_CHARS + "1")
+
+
+def _reference_value(node):
+    """Python's own parse tree of the same text, evaluated with Fractions (an independent reference)."""
+    if isinstance(node, ast.Expression):
+        return _reference_value(node.body)
+    if isinstance(node, ast.Constant):
+        return Fraction(node.value)
+    if isinstance(node, ast.UnaryOp):
+        return -_reference_value(node.operand)
+    left, right = _reference_value(node.left), _reference_value(node.right)
+    if left is None or right is None:
+        return None
+    if isinstance(node.op, ast.Add):
+        return left + right
+    if isinstance(node.op, ast.Sub):
+        return left - right
+    if isinstance(node.op, ast.Mult):
+        return left * right
+    return None if right == 0 else left / right
+
+
+@st.composite
+def flat_expressions(draw):
+    numbers = draw(st.lists(st.integers(0, 30), min_size=1, max_size=6))
+    text = str(numbers[0])
+    for number in numbers[1:]:
+        operator = draw(st.sampled_from(["+", "-", "*", "/"]))
+        wrap = draw(st.booleans())
+        text = f"({text}) {operator} {number}" if wrap else f"{text} {operator} {number}"
+    return text, numbers
+
+
+@settings(max_examples=300, deadline=None)
+@given(flat_expressions())
+def test_evaluator_matches_python_parse_tree(case):
+    text, numbers = case
+    evaluation = evaluate_expression(text)
+    assert evaluation.literals == tuple(numbers)
+    assert evaluation.value == _reference_value(ast.parse(text, mode="eval"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Generator
+
+
+@pytest.mark.parametrize("plus_minus_only", [False, True])
+def test_generated_targets_are_reachable_positive_integers(plus_minus_only):
+    rng = np.random.default_rng(0)
+    counts = Counter()
+    for _ in range(300):
+        problem = generate_problem(rng, plus_minus_only=plus_minus_only)
+        counts[len(problem.nums)] += 1
+        assert 3 <= len(problem.nums) <= 4
+        assert all(1 <= n <= 99 for n in problem.nums)
+        assert 1 <= problem.target <= 1000
+        # Solving check: the generating expression uses each number once and evaluates to the target.
+        assert score_answer(problem.solution, problem.target, problem.nums) == 1.0
+        if plus_minus_only:
+            assert "*" not in problem.solution and "/" not in problem.solution
+            assert solvable_with_plus_minus(problem.target, problem.nums)
+    assert counts[3] > 100 and counts[4] > 100
+
+
+def test_generator_options():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        problem = generate_problem(rng, min_numbers=4, max_numbers=4, max_number=9, max_target=20)
+        assert len(problem.nums) == 4 and max(problem.nums) <= 9 and 1 <= problem.target <= 20
+    unbounded = [generate_problem(rng, max_target=None).target for _ in range(200)]
+    assert max(unbounded) > 1000
+
+
+def test_solvable_with_plus_minus():
+    assert solvable_with_plus_minus(4, [3, 5, 2])  # 5 + 2 - 3
+    assert solvable_with_plus_minus(-10, [3, 5, 2])  # -3 - 5 - 2
+    assert not solvable_with_plus_minus(30, [3, 5, 2])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Env protocol
+
+
+def test_observation_and_determinism_per_seed():
+    first, second = make_env("countdown"), CountdownEnv()
+    observation = first.reset(seed=11)
+    assert observation == second.reset(seed=11) == first.render()
+    problem = first.problem
+    assert observation == f"Target: {problem.target}, nums: {list(problem.nums)}"
+    observations = {first.reset(seed=seed) for seed in range(40)}
+    assert len(observations) > 35
+    assert first.action_vocabulary() is None
+
+
+def test_correct_answer_ends_episode():
+    env = CountdownEnv()
+    env.reset(seed=5)
+    observation, reward, done, info = env.step(env.problem.solution)
+    assert (reward, done, info["success"], info["action_is_valid"]) == (1.0, True, True, True)
+    assert observation.startswith("Correct") and env.render() == observation
+    # after the end nothing more is scored
+    _, reward, done, info = env.step(env.problem.solution)
+    assert (reward, done, info["action_is_valid"]) == (0.0, True, False)
+
+
+def test_wrong_value_and_wrong_numbers():
+    env = CountdownEnv()
+    env.reset(seed=6)
+    plus_all = " + ".join(str(n) for n in env.problem.nums)
+    expected = 1.0 if sum(env.problem.nums) == env.problem.target else 0.1
+    _, reward, done, info = env.step(plus_all)
+    assert (reward, done, info["success"]) == (expected, True, expected == 1.0)
+    env.reset(seed=6)
+    _, reward, done, info = env.step("1 + 1")
+    assert (reward, done, info["success"], info["action_is_valid"]) == (0.0, True, False, True)
+
+
+def test_malformed_answer_is_invalid_and_keeps_state():
+    env = CountdownEnv()
+    observation = env.reset(seed=7)
+    result = env.step("the answer is 24")
+    assert result[:3] == (observation, 0.0, False)
+    assert result[3]["action_is_valid"] is False and "not an accepted expression" in result[3]["invalid_reason"]
+    assert env.step(env.problem.solution)[1] == 1.0  # the episode was still open
+
+
+def test_step_before_reset_is_a_programming_error():
+    with pytest.raises(RuntimeError, match="reset"):
+        CountdownEnv().step("1 + 2")
+
+
+def test_constructor_validation():
+    with pytest.raises(ValueError, match="min_numbers"):
+        CountdownEnv(min_numbers=5, max_numbers=4)
+    with pytest.raises(ValueError, match="max_target"):
+        CountdownEnv(max_target=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=300), st.text(alphabet="0123456789+-*/() .=x", max_size=60)))
+def test_step_never_raises(action):
+    env = CountdownEnv()
+    observation = env.reset(seed=3)
+    problem = env.problem
+    result_observation, reward, done, info = env.step(action)
+    assert env.problem == problem
+    if info["action_is_valid"]:
+        assert done and reward in (0.0, 0.1, 1.0)
+    else:
+        assert (result_observation, reward, done) == (observation, 0.0, False)
+        assert env.render() == observation and env.done is False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loader
+
+
+RECORDS = [
+    {"target": 4, "nums": [3, 5, 2]},
+    {"target": 24, "nums": [8, 3, 8, 3]},  # needs * and /
+    {"target": 98, "nums": [44, 19, 35]},
+]
+
+
+def _write(tmp_path, suffix, records=RECORDS):
+    path = tmp_path / f"countdown{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("\n".join(json.dumps(r) for r in records) + "\n\n")
+    elif suffix == ".json":
+        path.write_text(json.dumps(records))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(records), path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet"])
+def test_loader_round_trip_and_seed_choice(tmp_path, suffix):
+    path = _write(tmp_path, suffix)
+    problems = load_problems(path)
+    assert [(p.target, list(p.nums)) for p in problems] == [(r["target"], r["nums"]) for r in RECORDS]
+    env = make_env("countdown", data_path=str(path))
+    assert env.reset(seed=4) == "Target: 24, nums: [8, 3, 8, 3]"  # 4 % 3 == 1
+    assert env.step("8 / (3 - 8 / 3)")[1] == 1.0
+    assert CountdownEnv(data_path=str(path)).reset(seed=7) == "Target: 24, nums: [8, 3, 8, 3]"  # a fresh instance
+
+
+def test_loader_plus_minus_filter_and_limit(tmp_path):
+    path = _write(tmp_path, ".jsonl")
+    kept = load_problems(path, plus_minus_only=True)
+    assert [p.target for p in kept] == [4, 98]  # 24 from [8, 3, 8, 3] needs * or /
+    assert [p.target for p in load_problems(path, max_problems=1)] == [4]
+
+
+@pytest.mark.parametrize(
+    "records, error_type, message",
+    [
+        ([{"target": 4}], ValueError, r"record 0: missing field 'nums'"),
+        ([{"target": 4, "nums": [1, 3]}, {"nums": [1]}], ValueError, r"record 1: missing field 'target'"),
+        ([{"target": "four", "nums": [1, 3]}], TypeError, r"field 'target' must be an integer"),
+        ([{"target": 4, "nums": [1.5, 3]}], ValueError, r"field 'nums' must be an integer"),
+        ([{"target": 4, "nums": "1 3"}], ValueError, r"field 'nums' must be a list"),
+        ([{"target": 4, "nums": []}], ValueError, r"non-empty list"),
+    ],
+)
+def test_loader_errors_name_the_field(tmp_path, records, error_type, message):
+    path = _write(tmp_path, ".json", records)
+    with pytest.raises(error_type, match=message) as error:
+        load_problems(path)
+    assert str(path) in str(error.value)
+
+
+def test_loader_file_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="data_path"):
+        CountdownEnv(data_path=str(tmp_path / "missing.jsonl"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"target": 4, "nums": [3, 1]}\n{oops\n')
+    with pytest.raises(ValueError, match="line 2 is not valid JSON"):
+        load_problems(bad)
+    csv = tmp_path / "data.csv"
+    csv.write_text("target,nums\n")
+    with pytest.raises(ValueError, match="unsupported file type"):
+        load_problems(csv)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TRL adapter
+
+
+def test_tool_env_contract():
+    from transformers.utils import get_json_schema
+
+    schema = get_json_schema(CountdownToolEnv().answer)
+    assert schema["function"]["name"] == "answer"
+    assert schema["function"]["parameters"]["required"] == ["expression"]
+    assert schema["function"]["parameters"]["properties"]["expression"]["type"] == "string"
+
+    tool_env = CountdownToolEnv()
+    text = tool_env.reset(prompt=[], seed=9, env_config='{"plus_minus_only": true}', split="train")
+    problem = tool_env._env.problem
+    assert text.startswith(f"Target: {problem.target}, nums: {list(problem.nums)}")
+    assert "*" not in problem.solution
+    assert tool_env.answer("2 ** 99999").startswith("Invalid expression")
+    assert tool_env.answer(None).startswith("Invalid expression")  # type: ignore[arg-type]
+    assert tool_env.get_reward() == 0.0
+    assert tool_env.answer(problem.solution).startswith("Correct")
+    assert tool_env.get_reward() == 1.0
+    assert "already answered" in tool_env.answer("1")
+    tool_env.reset(seed=9, env_config={"plus_minus_only": True})
+    assert tool_env.get_reward() == 0.0 and tool_env._env.problem == problem  # same seed, same puzzle
+
+
+def test_grpo_trainer_runs_the_answer_tool(tiny_tokenizer, tiny_model, tmp_path):
+    """One GRPO step with `environment_factory`; the first turn of 2 rollouts is a scripted, correct tool call."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_ragen2_envs.datasets import build_rows
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,  # one prompt per step
+        max_completion_length=48,  # keeps the tiny model's generations short
+        max_steps=1,
+        max_tool_calling_iterations=2,
+        bf16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+    )
+    trainer = GRPOTrainer(
+        model=tiny_model,
+        args=args,
+        processing_class=tiny_tokenizer,
+        train_dataset=Dataset.from_list(build_rows("countdown", "train", 1)),
+        environment_factory=CountdownToolEnv,
+    )
+    generate, calls = trainer._generate_single_turn, []
+
+    def scripted(prompt_ids, *args, **kwargs):  # random weights never call tools
+        ids, logprobs = generate(prompt_ids, *args, **kwargs)
+        calls.append(len(ids))
+        if len(calls) == 1:
+            solution = trainer.environments[0]._env.problem.solution
+            call = {"name": "answer", "arguments": {"expression": solution}}
+            call_ids = tiny_tokenizer.encode(f"<tool_call>\n{json.dumps(call)}\n</tool_call>")
+            ids = [call_ids + [tiny_tokenizer.eos_token_id] if i < 2 else row for i, row in enumerate(ids)]
+        return ids, logprobs
+
+    trainer._generate_single_turn = scripted
+    trainer.train()
+    assert [env.get_reward() for env in trainer.environments] == [1.0, 1.0, 0.0, 0.0]
+    metrics = trainer.state.log_history[0]
+    assert metrics["rewards/CountdownToolEnv/mean"] == pytest.approx(0.5)
+    assert metrics["tools/call_frequency"] == pytest.approx(0.5)
