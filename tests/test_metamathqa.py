@@ -1,0 +1,356 @@
+"""MetaMathQA: answer extraction and checking, retry rewards, problem generator, file loader, TRL adapter."""
+
+import json
+import re
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trl_ragen2_envs import make_env
+from trl_ragen2_envs.metamathqa import (
+    PROBLEM_FAMILIES,
+    MetaMathQAEnv,
+    MetaMathQAToolEnv,
+    answers_match,
+    extract_answer,
+    generate_problem,
+    load_problems,
+    normalize_answer,
+    numeric_value,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Extraction and checking
+
+
+@pytest.mark.parametrize(
+    "reply, extracted",
+    [
+        ("We add 3 and 4. The answer is: 7", "7"),
+        ("The answer is: 3\nCheck... The answer is: 18 ", "18"),  # the last statement counts
+        ("so the answer is 12.", "12."),
+        ("42", "42"),  # a bare answer
+        ("  x = 5  ", "x = 5"),
+    ],
+)
+def test_extract_answer(reply, extracted):
+    assert extract_answer(reply) == extracted
+
+
+@pytest.mark.parametrize(
+    "text, normalized",
+    [
+        (" $1,234.50 ", "1234.50"),
+        ("1,000,000.", "1000000"),
+        ("\\$ 12", "12"),
+        ("\\boxed{3/4}", "3/4"),
+        ("Forty Two", "fortytwo"),
+        ("1,2", "1,2"),  # not a thousands separator
+    ],
+)
+def test_normalize_answer(text, normalized):
+    assert normalize_answer(text) == normalized
+
+
+@pytest.mark.parametrize(
+    "predicted, reference, match",
+    [
+        ("5", "5.0", True),
+        ("5.00", "5", True),
+        ("$1,000", "1000", True),
+        ("1/2", "0.5", True),
+        ("\\frac{3}{4}", ".75", True),
+        ("-2", "-2.0", True),
+        ("The answer is: 18.", "18", True),
+        ("Blue", "blue", True),
+        ("x + 1", "x+1", True),  # RAGEN's whitespace-insensitive string match
+        ("5", "6", False),
+        ("0.33", "1/3", False),  # exact comparison
+        ("1/0", "1/0", True),  # equal strings
+        ("1/0", "0", False),
+        ("", "0", False),
+        ("5", "", False),
+    ],
+)
+def test_answers_match(predicted, reference, match):
+    assert answers_match(extract_answer(predicted), reference) is match
+
+
+def test_numeric_value_is_bounded_and_exact():
+    assert numeric_value("0.1") == numeric_value("1/10")
+    assert numeric_value("1" * 41) is None  # beyond the digit bound: compared as text only
+    assert numeric_value("1e999999") is None  # no exponents (Fraction would build a huge integer)
+    assert numeric_value("٣") is None  # ASCII digits only
+
+
+def test_math_verify_is_opt_in():
+    pytest.importorskip("math_verify")
+    plain = MetaMathQAEnv(data_path=None)
+    plain.reset(seed=0)
+    plain.problem = plain.problem.__class__(question="q", answer="(x+1)^2", family="test")
+    assert not plain.is_correct("x^2+2x+1")
+    verified = MetaMathQAEnv(use_math_verify=True)
+    verified.reset(seed=0)
+    verified.problem = plain.problem
+    assert verified.is_correct("x^2+2x+1")
+    assert not verified.is_correct("x^2+2x+2")
+    assert not verified.is_correct("\\frac{")  # unparsable input is simply wrong
+
+
+def test_math_verify_missing_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "math_verify", None)  # makes `import math_verify` fail
+    with pytest.raises(ImportError, match=re.escape('pip install "trl-ragen2[math]"')):
+        MetaMathQAEnv(use_math_verify=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Retries
+
+
+@pytest.mark.parametrize("correct_at, reward", [(0, 1.0), (1, 0.5), (2, 0.25), (3, 0.125)])
+def test_retry_reward_halves_per_attempt(correct_at, reward):
+    env = MetaMathQAEnv(max_attempts=4)
+    env.reset(seed=1)
+    wrong = str(int(env.problem.answer) + 1)
+    for attempt in range(correct_at):
+        observation, step_reward, done, info = env.step(wrong)
+        assert (step_reward, done, info["success"], info["attempt"]) == (0.0, False, False, attempt)
+        assert observation == f"Incorrect. Please think again. You have {4 - attempt - 1} attempt(s) left."
+    observation, step_reward, done, info = env.step(f"The answer is: {env.problem.answer}")
+    assert (observation, step_reward, done, info["success"], info["attempt"]) == (
+        "Correct!",
+        reward,
+        True,
+        True,
+        correct_at,
+    )
+
+
+def test_attempts_run_out():
+    env = MetaMathQAEnv(max_attempts=2)
+    env.reset(seed=2)
+    assert env.step("-1")[2] is False
+    observation, reward, done, info = env.step("-1")
+    assert (observation, reward, done, info["success"]) == ("Incorrect. No attempts left.", 0.0, True, False)
+    assert env.step(env.problem.answer)[1:3] == (0.0, True)  # over: nothing more is scored
+
+
+def test_default_is_one_attempt():
+    env = make_env("metamathqa")
+    env.reset(seed=3)
+    assert env.max_attempts == 1
+    assert env.step("-1")[2] is True
+
+
+def test_empty_answer_is_invalid_and_keeps_state():
+    env = MetaMathQAEnv(max_attempts=2)
+    question = env.reset(seed=4)
+    observation, reward, done, info = env.step("The answer is:  $ ")
+    assert (observation, reward, done, info["action_is_valid"], env.attempt) == (question, 0.0, False, False, 0)
+    assert env.step(env.problem.answer)[1] == 1.0  # still the first attempt
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_step_never_raises(action):
+    env = MetaMathQAEnv(max_attempts=3)
+    question = env.reset(seed=5)
+    problem = env.problem
+    observation, reward, done, info = env.step(action)
+    assert env.problem == problem
+    if info["action_is_valid"]:
+        assert reward in (0.0, 1.0) and env.attempt == (0 if reward else 1)
+    else:
+        assert (observation, reward, done, env.attempt, env.render()) == (question, 0.0, False, 0, question)
+
+
+def test_step_before_reset_is_a_programming_error():
+    with pytest.raises(RuntimeError, match="reset"):
+        MetaMathQAEnv().step("1")
+
+
+def test_constructor_validation():
+    with pytest.raises(ValueError, match="max_attempts"):
+        MetaMathQAEnv(max_attempts=0)
+    with pytest.raises(ValueError, match="families"):
+        MetaMathQAEnv(families=["algebra"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Generator
+
+
+def _solve(family: str, question: str) -> int:
+    """Recompute the answer from the numbers in the question text, family by family."""
+    n = [int(x) for x in re.findall(r"\d+", question)]
+    if family == "packs_left":
+        return n[0] * n[1] - n[2] - n[3]
+    if family == "savings":
+        return n[0] * n[1] * n[2] - n[3]
+    if family == "trip":
+        return n[0] * n[1] + n[2] * n[3]
+    if family == "equal_shares":
+        total = n[0] + n[1] * n[2]
+        assert total % n[3] == 0
+        return total // n[3]
+    if family == "discount":
+        assert n[0] * (100 - n[1]) % 100 == 0
+        return n[2] * n[0] * (100 - n[1]) // 100
+    if family == "ages":
+        factor, years, total = n
+        assert (total - 2 * years) % (factor + 1) == 0
+        return factor * (total - 2 * years) // (factor + 1)
+    if family == "fence":
+        return 2 * (n[0] + n[1]) * n[2]
+    if family == "bakery":
+        return n[0] * n[1] * n[2] - n[3] - n[4]
+    raise AssertionError(family)
+
+
+def test_generated_answers_follow_from_the_question():
+    rng = np.random.default_rng(0)
+    families = Counter()
+    for _ in range(400):
+        problem = generate_problem(rng)
+        families[problem.family] += 1
+        answer = int(problem.answer)
+        assert answer >= 0 and answer == _solve(problem.family, problem.question)
+    assert set(families) == set(PROBLEM_FAMILIES)
+
+
+def test_generation_is_deterministic_per_seed():
+    assert MetaMathQAEnv().reset(seed=8) == make_env("metamathqa").reset(seed=8)
+    questions = {MetaMathQAEnv().reset(seed=seed) for seed in range(30)}
+    assert len(questions) == 30
+    only_trips = MetaMathQAEnv(families=["trip"])
+    only_trips.reset(seed=0)
+    assert only_trips.problem.family == "trip"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loader
+
+
+METAMATH = [
+    {"query": "What is 2 + 3?", "response": "2 + 3 = 5. The answer is: 5", "type": "GSM_Rephrased"},
+    {"query": "Simplify 6/8.", "response": "Divide by 2. The answer is: \\frac{3}{4}"},
+]
+GSM8K = [{"question": "Tom has 1200 apples and buys 34 more. How many?", "answer": "1200 + 34 = 1234\n#### 1,234"}]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_loader_round_trip(tmp_path, suffix):
+    path = tmp_path / f"math{suffix}"
+    records = METAMATH + GSM8K
+    text = "\n".join(json.dumps(r) for r in records) if suffix == ".jsonl" else json.dumps(records)
+    path.write_text(text)
+    problems = load_problems(path)
+    assert [(p.question, p.answer, p.family) for p in problems] == [
+        ("What is 2 + 3?", "5", "metamathqa"),
+        ("Simplify 6/8.", "\\frac{3}{4}", "metamathqa"),
+        ("Tom has 1200 apples and buys 34 more. How many?", "1,234", "gsm8k"),
+    ]
+    env = make_env("metamathqa", data_path=str(path))
+    assert env.reset(seed=4) == "Simplify 6/8."  # 4 % 3 == 1
+    assert env.step("The answer is: 0.75")[1] == 1.0
+    env.reset(seed=2)
+    assert env.step("1234")[1] == 1.0
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"prompt": "x"}, "expected MetaMathQA fields"),
+        ({"query": "q", "response": "no final statement"}, "must be text containing 'The answer is:'"),
+        ({"question": "q", "answer": "12"}, "must be text containing '####'"),
+        ({"question": "q", "answer": "#### "}, "has nothing after"),
+        ({"question": "", "answer": "#### 1"}, "must be non-empty text"),
+    ],
+)
+def test_loader_errors_name_the_field(tmp_path, record, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(METAMATH[0]) + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match=re.escape(message)) as error:
+        load_problems(path)
+    assert f"{path}: record 1" in str(error.value)
+
+
+def test_loader_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="data_path"):
+        MetaMathQAEnv(data_path=str(tmp_path / "nope.json"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TRL adapter
+
+
+def test_tool_env_contract():
+    from transformers.utils import get_json_schema
+
+    schema = get_json_schema(MetaMathQAToolEnv().answer)
+    assert schema["function"]["parameters"]["required"] == ["value"]
+    assert schema["function"]["parameters"]["properties"]["value"]["type"] == "string"
+
+    tool_env = MetaMathQAToolEnv()
+    text = tool_env.reset(prompt=[], seed=12, env_config=json.dumps({"max_attempts": 3}))
+    problem = tool_env._env.problem
+    assert text.startswith(problem.question)
+    assert tool_env.answer("").startswith("Invalid answer")
+    assert tool_env.answer(str(int(problem.answer) + 1)).endswith("You have 2 attempt(s) left.")
+    assert tool_env.answer(int(problem.answer)) == "Correct!"  # type: ignore[arg-type]
+    assert tool_env.get_reward() == 0.5
+    assert "already finished" in tool_env.answer(problem.answer)
+    tool_env.reset(seed=12)  # default config: a new env with one attempt
+    assert tool_env.get_reward() == 0.0 and tool_env._env.max_attempts == 1
+
+
+def test_grpo_trainer_runs_the_answer_tool(tiny_tokenizer, tiny_model, tmp_path):
+    """One GRPO step with `environment_factory`; the first turn of 2 rollouts is a scripted, correct tool call."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_ragen2_envs.datasets import build_rows
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,  # one prompt per step
+        max_completion_length=48,  # keeps the tiny model's generations short
+        max_steps=1,
+        max_tool_calling_iterations=2,
+        bf16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+    )
+    trainer = GRPOTrainer(
+        model=tiny_model,
+        args=args,
+        processing_class=tiny_tokenizer,
+        train_dataset=Dataset.from_list(build_rows("metamathqa", "train", 1)),
+        environment_factory=MetaMathQAToolEnv,
+    )
+    generate, calls = trainer._generate_single_turn, []
+
+    def scripted(prompt_ids, *args, **kwargs):  # random weights never call tools
+        ids, logprobs = generate(prompt_ids, *args, **kwargs)
+        calls.append(len(ids))
+        if len(calls) == 1:
+            call = {"name": "answer", "arguments": {"value": trainer.environments[0]._env.problem.answer}}
+            call_ids = tiny_tokenizer.encode(f"<tool_call>\n{json.dumps(call)}\n</tool_call>")
+            ids = [call_ids + [tiny_tokenizer.eos_token_id] if i < 2 else row for i, row in enumerate(ids)]
+        return ids, logprobs
+
+    trainer._generate_single_turn = scripted
+    trainer.train()
+    assert [env.get_reward() for env in trainer.environments] == [1.0, 1.0, 0.0, 0.0]
+    metrics = trainer.state.log_history[0]
+    assert metrics["rewards/MetaMathQAToolEnv/mean"] == pytest.approx(0.5)
+    assert metrics["tools/call_frequency"] == pytest.approx(0.5)
