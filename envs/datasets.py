@@ -10,9 +10,10 @@ Arrow schema; `make_env(row["env"], **json.loads(row["env_config"]))` followed b
 the episode. Wrap rows with `datasets.Dataset.from_list(rows)`; this module imports neither `datasets` nor torch.
 
 Seeds: split `s` uses seeds `SPLIT_SEED_START[s] + i` for row index `i` in `[0, SEEDS_PER_SPLIT)`, so the
-train, validation and test seeds never overlap and the same arguments always give the same rows. Disjoint seeds
-give disjoint problems for the procedural generators; an environment that reads its problems from a file maps
-the seed onto the file (`seed % len(file)`), so give each split its own file through `env_config`.
+train, validation and test seeds never overlap and the same arguments always give the same rows. For the
+procedural generators, disjoint seeds mean independent draws (a repeated instance is as unlikely as the generator
+makes it); an environment that reads its problems from a file maps the seed onto the file (`seed % len(file)`),
+so give each split its own file through `env_config`.
 
 The module also reads the local record files (.jsonl, .json, .parquet) that the file-backed environments load.
 """

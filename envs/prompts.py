@@ -99,9 +99,10 @@ def initial_messages(env: TextEnv, observation: str, *, actions_left: int, max_t
 class ParsedResponse:
     """A model reply split into its parts.
 
-    `think` and `answer` are the stripped block texts (`None` when the reply does not match the format), `actions`
-    the non-empty `||`-separated parts of the answer, truncated to `max_actions`, and `format_ok` is True when the
-    reply matched the format and holds at least one action.
+    `think` and `answer` are the block texts, stripped, with stray think/answer tags and ChatML markers removed
+    (`None` when the reply does not match the format); `answer` is kept whole even when `actions` is truncated.
+    `actions` are the non-empty `||`-separated parts of the answer, at most `max_actions`, and `format_ok` is True
+    when the reply matched the format and holds at least one action.
     """
 
     think: str | None

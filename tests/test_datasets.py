@@ -125,10 +125,12 @@ def test_mixed_rows_spec_errors():
         build_mixed_rows([], "train", num_rows=3)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("trl_ragen2_envs.sokoban") is None, reason="sokoban module not present")
-def test_rows_for_sokoban():
-    rows = build_rows("sokoban", "train", 2)
-    env = make_env("sokoban")
+@pytest.mark.parametrize("name", ["sokoban", "frozen_lake"])
+def test_rows_for_grid_envs(name):
+    if importlib.util.find_spec(f"trl_ragen2_envs.{name}") is None:
+        pytest.skip(f"the {name} module is not present")
+    rows = build_rows(name, "train", 2)
+    env = make_env(name)
     assert rows[0]["prompt"] == initial_messages(env, env.reset(seed=rows[0]["seed"]), actions_left=10, max_tokens=120)
     assert rows[0]["prompt"] != rows[1]["prompt"]
 
