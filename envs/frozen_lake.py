@@ -1,0 +1,445 @@
+"""FrozenLake as a text environment: walk across a lake of ice and holes to the goal, possibly slipping.
+
+One episode: the player moves one cell per `step` (Left, Down, Right, Up). Reaching the goal pays +1 and ends the
+episode (success); stepping into a hole ends it with 0 (not a success); a move off the edge leaves the player in
+place. The episode also ends after `max_steps` moves. Text the env cannot read as a move is a no-op with
+`action_is_valid=False` and no reward.
+
+Slip: a move goes the intended way with probability `success_rate`, and to each of the two perpendicular sides
+with probability `(1 - success_rate) / 2` (gymnasium's slippery dynamics, with the same action order). The default
+`success_rate=1.0` (no slip) is the config of the paper's main table (RAGEN's `CoordFrozenLake`); the paper's text
+describes 98% intended moves (`success_rate=0.98`), RAGEN's own default is 0.8, and the slip sweep uses
+{1, 0.5, 0.2, 0.1, 0.05, 0.02, 0}.
+
+The seed controls the map and the slips: each cell is frozen with probability `p`, the start and the goal are two
+different random cells, and maps without a path from start to goal are redrawn. The same seed gives the same map
+and, with the same moves, the same trajectory.
+
+```python
+from trl_ragen2_envs import make_env
+
+env = make_env("frozen_lake")  # size=4, p=0.9, success_rate=1.0, max_steps=100, render_mode="grid_coord"
+observation = env.reset(seed=0)
+observation, reward, done, info = env.step("Right")
+```
+
+`FrozenLakeToolEnv` wraps the env for `trl.GRPOTrainer(environment_factory=FrozenLakeToolEnv)`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from .base import StepResult, TextEnv, invalid_step
+
+
+### prompts
+
+RULES = (
+    "You are walking on a frozen lake. Reach the goal without falling into a hole.\n"
+    "Each action moves you one cell{slip}. Moving off the edge leaves you where you are.\n"
+    "Actions: Left, Down, Right, Up.\n"
+    "Symbols: P you, _ frozen ice, O hole, G goal, X you in a hole, √ you on the goal.\n"
+    "Rewards: +1 for reaching the goal, 0 otherwise."
+)
+SLIP_NOTE = (
+    "; the ice is slippery, so a move goes the intended way with probability {success_rate:g} and otherwise slides "
+    "to one of the two perpendicular sides"
+)
+COORDINATE_NOTE = (
+    "\nBelow the grid, positions are listed as (row, col) counted from (0, 0) at the top-left cell; "
+    "Up lowers the row, Left lowers the column."
+)
+TOOL_INSTRUCTIONS = (
+    "FrozenLake: walk from P to the goal G without falling into a hole (O). Call `move` with Left, Down, Right "
+    "or Up, one cell per call{slip}. Symbols: _ frozen ice, X you in a hole, √ you on the goal."
+)
+
+
+def slip_note(success_rate: float) -> str:
+    return "" if success_rate == 1.0 else SLIP_NOTE.format(success_rate=success_rate)
+
+
+### game logic
+
+PLAYER, FROZEN, HOLE, GOAL, PLAYER_IN_HOLE, PLAYER_ON_GOAL = "P", "_", "O", "G", "X", "√"
+ACTION_NAMES = ("Left", "Down", "Right", "Up")
+ACTION_OFFSETS = ((0, -1), (1, 0), (0, 1), (-1, 0))  # (row, col) step of each entry of ACTION_NAMES
+GOAL_REWARD = 1.0
+RENDER_MODES = ("grid", "grid_coord")
+# Longer text cannot be a move; it is rejected before stripping, so megabyte answers cost nothing.
+MAX_ACTION_CHARS = 64
+ACTION_LOOKUP = {name.lower(): index for index, name in enumerate(ACTION_NAMES)}
+# Slip draws are taken from the env's generator in blocks of this many.
+UNIFORM_BLOCK = 256
+
+Cell = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class FrozenLakeMap:
+    """A square lake: its size, hole cells, start and goal, as (row, col) cells.
+
+    `from_rows` / `to_rows` convert from and to gymnasium's map letters (`S` start, `F` frozen, `H` hole, `G` goal).
+    """
+
+    size: int
+    holes: frozenset[Cell]
+    start: Cell
+    goal: Cell
+
+    def __post_init__(self) -> None:
+        if self.size < 2:
+            raise ValueError(f"size must be at least 2, got {self.size}")
+        cells = [*self.holes, self.start, self.goal]
+        if any(not (0 <= r < self.size and 0 <= c < self.size) for r, c in cells):
+            raise ValueError(f"every cell must lie in the {self.size}x{self.size} lake, got {sorted(cells)}")
+        if self.start == self.goal or self.start in self.holes or self.goal in self.holes:
+            raise ValueError(f"start={self.start} and goal={self.goal} must be different frozen cells")
+
+    @classmethod
+    def from_rows(cls, rows: list[str]) -> FrozenLakeMap:
+        """Parse gymnasium-style map rows, e.g. `["SFFF", "FHFH", "FFFH", "HFFG"]`."""
+        if any(len(row) != len(rows) for row in rows):
+            raise ValueError(f"a lake is square: {len(rows)} rows of {len(rows)} letters, got {rows}")
+        found: dict[str, list[Cell]] = {"S": [], "F": [], "H": [], "G": []}
+        for r, row in enumerate(rows):
+            for c, letter in enumerate(row):
+                if letter not in found:
+                    raise ValueError(f"unknown map letter {letter!r} at {(r, c)}; use S, F, H or G")
+                found[letter].append((r, c))
+        if len(found["S"]) != 1 or len(found["G"]) != 1:
+            raise ValueError(f"a lake needs exactly one S and one G, got rows {rows}")
+        return cls(len(rows), frozenset(found["H"]), found["S"][0], found["G"][0])
+
+    def to_rows(self) -> list[str]:
+        letters = {self.start: "S", self.goal: "G", **dict.fromkeys(self.holes, "H")}
+        return ["".join(letters.get((r, c), "F") for c in range(self.size)) for r in range(self.size)]
+
+
+@lru_cache(maxsize=64)
+def neighbor_table(size: int) -> tuple[tuple[int, ...], ...]:
+    """`table[cell][action]`: the flat cell a move reaches; a move off the edge stays on `cell`."""
+    table = []
+    for cell in range(size * size):
+        row, col = divmod(cell, size)
+        moves = []
+        for d_row, d_col in ACTION_OFFSETS:
+            r, c = row + d_row, col + d_col
+            moves.append(r * size + c if 0 <= r < size and 0 <= c < size else cell)
+        table.append(tuple(moves))
+    return tuple(table)
+
+
+def slip_directions(action: int, success_rate: float) -> tuple[tuple[int, float], ...]:
+    """`(direction, probability)` of an action: intended, then the two perpendicular sides."""
+    side = (1.0 - success_rate) / 2.0
+    return (action, success_rate), ((action - 1) % 4, side), ((action + 1) % 4, side)
+
+
+def transition_probabilities(lake: FrozenLakeMap, cell: Cell, action: int, success_rate: float) -> dict[Cell, float]:
+    """Where an action from `cell` can lead, with its probability (zero-probability outcomes left out)."""
+    neighbors = neighbor_table(lake.size)
+    outcomes: dict[Cell, float] = {}
+    for direction, probability in slip_directions(action, success_rate):
+        if probability > 0.0:
+            reached = divmod(neighbors[cell[0] * lake.size + cell[1]][direction], lake.size)
+            outcomes[reached] = outcomes.get(reached, 0.0) + probability
+    return outcomes
+
+
+def has_path(size: int, holes: list[bool], start: int, goal: int) -> bool:
+    """Whether the goal can be reached from the start over frozen cells (breadth-first search)."""
+    neighbors = neighbor_table(size)
+    seen, queue = {start}, deque([start])
+    while queue:
+        cell = queue.popleft()
+        if cell == goal:
+            return True
+        for reached in neighbors[cell]:
+            if not holes[reached] and reached not in seen:
+                seen.add(reached)
+                queue.append(reached)
+    return False
+
+
+def generate_lake(size: int, p: float, rng: np.random.Generator, max_attempts: int = 10_000) -> FrozenLakeMap:
+    """A random lake: cells frozen with probability `p`, random distinct start and goal, a path between them."""
+    for _ in range(max_attempts):
+        holes = (rng.random(size * size) >= p).tolist()
+        start, goal = rng.choice(size * size, size=2, replace=False).tolist()
+        holes[start] = holes[goal] = False
+        if has_path(size, holes, start, goal):
+            return FrozenLakeMap(
+                size=size,
+                holes=frozenset(divmod(cell, size) for cell, is_hole in enumerate(holes) if is_hole),
+                start=divmod(start, size),
+                goal=divmod(goal, size),
+            )
+    raise RuntimeError(
+        f"no {size}x{size} lake with a path from start to goal in {max_attempts} draws at p={p}; raise p"
+    )
+
+
+def parse_action(action: Any) -> int:
+    """The index of a move name (case-insensitive, surrounding whitespace ignored), or -1 for anything else."""
+    if not isinstance(action, str) or len(action) > MAX_ACTION_CHARS:
+        return -1
+    return ACTION_LOOKUP.get(action.strip().lower(), -1)
+
+
+def _require_int(field: str, value: Any, minimum: int, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}; {fix}")
+    return int(value)
+
+
+def _require_probability(field: str, value: Any, low_open: bool, fix: str) -> float:
+    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
+    if not ok or not ((0.0 < value) if low_open else (0.0 <= value)) or not value <= 1.0:
+        interval = "(0, 1]" if low_open else "[0, 1]"
+        raise ValueError(f"{field} must be a number in {interval}, got {value!r}; {fix}")
+    return float(value)
+
+
+def check_seed(seed: Any) -> int | None:
+    if seed is None:
+        return None
+    return _require_int("seed", seed, 0, "pass a non-negative integer, or None for a fresh random map")
+
+
+### env class
+
+
+class FrozenLakeEnv(TextEnv):
+    """FrozenLake with slip; see the module docstring.
+
+    Args:
+        size (`int`, defaults to `4`):
+            Side of the square lake (paper: 4).
+        p (`float`, defaults to `0.9`):
+            Probability that a cell is frozen rather than a hole (paper: 0.9).
+        success_rate (`float`, defaults to `1.0`):
+            Probability that a move goes the intended way; each perpendicular side gets `(1 - success_rate) / 2`.
+            1.0 is the paper's main-table config; its text describes 0.98.
+        max_steps (`int`, defaults to `100`):
+            Moves after which the episode ends without success.
+        render_mode (`str`, defaults to `"grid_coord"`):
+            `"grid"` (the grid only) or `"grid_coord"` (the grid, then board size and player, goal and hole
+            coordinates as (row, col)).
+    """
+
+    name = "frozen_lake"
+
+    def __init__(
+        self,
+        *,
+        size: int = 4,
+        p: float = 0.9,
+        success_rate: float = 1.0,
+        max_steps: int = 100,
+        render_mode: str = "grid_coord",
+    ) -> None:
+        super().__init__()
+        self.size = _require_int("size", size, 2, "the paper uses size=4")
+        self.p = _require_probability("p", p, True, "the paper uses p=0.9 (a cell is frozen with probability p)")
+        self.success_rate = _require_probability(
+            "success_rate", success_rate, False, "use 1.0 for no slip (paper's main table) or e.g. 0.98"
+        )
+        self.max_steps = _require_int("max_steps", max_steps, 1, "the default is max_steps=100")
+        if render_mode not in RENDER_MODES:
+            raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
+        self.render_mode = render_mode
+        self._side_probability = (1.0 - self.success_rate) / 2.0
+        self._lake: FrozenLakeMap | None = None
+        self._neighbors: tuple[tuple[int, ...], ...] = ()
+        self._holes: tuple[bool, ...] = ()
+        self._base_cells: tuple[str, ...] = ()
+        self._coord_labels: tuple[str, ...] = ()
+        self._static_coordinates = ""
+        self._goal = -1
+        self._player = -1
+        self._num_steps = 0
+        self._done = True  # no episode until reset / load
+        self._success = False
+        self._uniforms: list[float] = []
+        self._uniform_index = 0
+
+    @property
+    def instructions(self) -> str:
+        rules = RULES.format(slip=slip_note(self.success_rate))
+        return rules + (COORDINATE_NOTE if self.render_mode == "grid_coord" else "")
+
+    def action_vocabulary(self) -> list[str]:
+        return list(ACTION_NAMES)
+
+    def reset(self, seed: int | None = None) -> str:
+        """Start an episode on a fresh map; the same seed gives the same map and slips (`None`: the env's RNG)."""
+        seed = check_seed(seed)
+        if seed is not None:
+            self.seed_rng(seed)
+        return self.load_map(generate_lake(self.size, self.p, self.rng))
+
+    def load_map(self, lake: FrozenLakeMap) -> str:
+        """Start an episode on a given map (slips still come from the env's generator)."""
+        if not isinstance(lake, FrozenLakeMap):
+            raise TypeError(f"lake must be a FrozenLakeMap, got {type(lake).__name__}; see FrozenLakeMap.from_rows")
+        size = lake.size
+        self._lake = lake
+        self._neighbors = neighbor_table(size)
+        self._holes = tuple(divmod(cell, size) in lake.holes for cell in range(size * size))
+        self._goal = lake.goal[0] * size + lake.goal[1]
+        self._player = lake.start[0] * size + lake.start[1]
+        self._base_cells = tuple(
+            GOAL if cell == self._goal else HOLE if self._holes[cell] else FROZEN for cell in range(size * size)
+        )
+        self._coord_labels = tuple(f"({cell // size}, {cell % size})" for cell in range(size * size))
+        holes_text = ", ".join(f"({r}, {c})" for r, c in sorted(lake.holes)) or "none"
+        self._static_coordinates = f"Goal: {self._coord_labels[self._goal]}\nHoles: {holes_text}"
+        self._num_steps = 0
+        self._done = self._success = False
+        self._uniforms, self._uniform_index = [], 0
+        return self.render()
+
+    def step(self, action: str) -> StepResult:
+        intended = parse_action(action)
+        if intended < 0 or self._done:
+            return self._unusable_step()
+        direction = intended
+        if self.success_rate < 1.0:
+            u = self._next_uniform()
+            if u >= self.success_rate:
+                direction = (
+                    (intended - 1) % 4 if u < self.success_rate + self._side_probability else (intended + 1) % 4
+                )
+        player = self._player
+        reached = self._neighbors[player][direction]
+        self._player = reached
+        self._num_steps += 1
+        success = reached == self._goal
+        done = success or self._holes[reached] or self._num_steps >= self.max_steps
+        self._success, self._done = success, done
+        info = {
+            "success": success,
+            "action_is_valid": True,
+            "action_is_effective": reached != player,
+            "slipped": direction != intended,
+        }
+        return self.render(), GOAL_REWARD if success else 0.0, done, info
+
+    def _next_uniform(self) -> float:
+        if self._uniform_index == len(self._uniforms):
+            self._uniforms, self._uniform_index = self.rng.random(UNIFORM_BLOCK).tolist(), 0
+        self._uniform_index += 1
+        return self._uniforms[self._uniform_index - 1]
+
+    def _unusable_step(self) -> StepResult:
+        if self._lake is None:
+            info = {"success": False, "action_is_valid": False, "action_is_effective": False}
+            return "", 0.0, False, {**info, "invalid_reason": "call reset() before step()"}
+        if self._done:  # an action after the end changes nothing; the episode stays over
+            reason = "the episode is over; call reset() to start another"
+            info = {"success": self._success, "action_is_valid": False, "action_is_effective": False}
+            return self.render(), 0.0, True, {**info, "invalid_reason": reason}
+        reason = f"not a move; use one of {', '.join(ACTION_NAMES)}"
+        return invalid_step(self.render(), reason, action_is_effective=False)
+
+    def render(self) -> str:
+        if self._lake is None:
+            raise RuntimeError("FrozenLakeEnv has no map yet; call reset() or load_map() first")
+        cells = list(self._base_cells)
+        player = self._player
+        cells[player] = PLAYER_ON_GOAL if player == self._goal else PLAYER_IN_HOLE if self._holes[player] else PLAYER
+        size = self._lake.size
+        grid = "\n".join(["".join(cells[start : start + size]) for start in range(0, len(cells), size)])
+        if self.render_mode == "grid":
+            return grid
+        return (
+            f"{grid}\nBoard size: {size} rows x {size} columns\n"
+            f"Player: {self._coord_labels[player]}\n{self._static_coordinates}"
+        )
+
+    @property
+    def lake(self) -> FrozenLakeMap:
+        """The current map."""
+        if self._lake is None:
+            raise RuntimeError("FrozenLakeEnv has no map yet; call reset() or load_map() first")
+        return self._lake
+
+    @property
+    def player(self) -> tuple[int, int]:
+        """The player's (row, col)."""
+        return divmod(self._player, self.lake.size)
+
+    @property
+    def num_steps(self) -> int:
+        """Valid moves made in this episode."""
+        return self._num_steps
+
+    @property
+    def is_done(self) -> bool:
+        return self._done
+
+
+### TRL adapter
+
+
+class FrozenLakeToolEnv:
+    """FrozenLake for `trl.GRPOTrainer(environment_factory=FrozenLakeToolEnv)`: one `move` tool, reward = return.
+
+    Each dataset row gives the map (and slips) through `seed`, so the rollouts of a group share it, and optionally
+    `env_config`, a JSON string of [`FrozenLakeEnv`] keywords such as `'{"size": 6, "success_rate": 0.8}'`. Other
+    columns are ignored.
+    """
+
+    def __init__(self) -> None:
+        self.env = FrozenLakeEnv()
+        self.env_config: dict[str, Any] = {}
+        self.episode_return = 0.0
+
+    def reset(self, **row) -> str:
+        from .datasets import parse_env_config
+
+        config = parse_env_config(row.get("env_config"))
+        if config != self.env_config:
+            self.env, self.env_config = FrozenLakeEnv(**config), config
+        self.episode_return = 0.0
+        observation = self.env.reset(seed=check_seed(row.get("seed")))
+        instructions = TOOL_INSTRUCTIONS.format(slip=slip_note(self.env.success_rate))
+        return f"\n\n{instructions}\n\n{observation}"
+
+    def move(self, direction: str) -> str:
+        """Move one cell in a direction; on slippery ice the move may go to a side instead.
+
+        Args:
+            direction: The direction to move (case-insensitive). (choices: ["Left", "Down", "Right", "Up"])
+
+        Returns:
+            The lake after the move, the move's reward, and whether the episode is over.
+        """
+        if self.env.is_done:
+            return "The episode is over; no further moves count."
+        observation, reward, done, info = self.env.step(direction)
+        if not info["action_is_valid"]:
+            return f"Error: {info['invalid_reason']} (got {str(direction)[:40]!r})."
+        self.episode_return += reward
+        text = f"{observation}\nReward: {reward:g}"
+        if info["success"]:
+            return text + "\nYou reached the goal. The episode is over."
+        if done:
+            if self.env.player in self.env.lake.holes:
+                return text + "\nYou fell into a hole. The episode is over."
+            return text + "\nNo moves left. The episode is over."
+        return text
+
+    def get_reward(self) -> float:
+        """The episode's return so far (1.0 once the goal is reached, else 0.0)."""
+        return self.episode_return
+
+
+__all__ = ["FrozenLakeEnv", "FrozenLakeMap", "FrozenLakeToolEnv", "generate_lake", "transition_probabilities"]

@@ -1,0 +1,337 @@
+"""Sokoban as a text environment: RAGEN-2's main grid puzzle.
+
+One episode: the player pushes boxes onto targets in a walled room, one move per `step`, until every box is on a
+target (done, success) or `max_steps` moves have been made (done). Rewards are those of gym-sokoban's push actions,
+which RAGEN uses: -0.1 per move, +1 for a box pushed onto a target, -1 for a box pushed off one, +10 when every box
+is on a target. A move into a wall, or a push against a wall or another box, changes nothing but still costs its
+-0.1. Text the env cannot read as a move is a no-op with `action_is_valid=False` and no reward.
+
+The seed controls the room: the same seed gives the same room, and every room is solvable (see
+`sokoban_generation` for the reverse-play generator and the solver). Defaults are the paper's main setting: a 6x6
+room with one box, shown as a grid plus coordinates (RAGEN's `CoordSokoban`).
+
+```python
+from trl_ragen2_envs import make_env
+
+env = make_env("sokoban")  # dim_room=(6, 6), num_boxes=1, max_steps=100, render_mode="grid_coord"
+observation = env.reset(seed=0)
+observation, reward, done, info = env.step("Up")
+```
+
+`SokobanToolEnv` wraps the env for `trl.GRPOTrainer(environment_factory=SokobanToolEnv)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import StepResult, TextEnv, invalid_step
+from .sokoban_generation import (
+    ACTION_NAMES,
+    WALL,
+    SokobanRoom,
+    flat,
+    generate_room,
+    layout_of,
+    push_move,
+    render_grid,
+    solve,
+    unflat,
+)
+
+
+### prompts
+
+RULES = (
+    "You are playing Sokoban. You are the player in a room enclosed by walls; push every box onto a target.\n"
+    "Each action moves you one cell. Walking into a box pushes it one cell the same way if the cell behind it is "
+    "free; a box cannot be pulled, and a push against a wall or another box does nothing.\n"
+    "Actions: Up, Down, Left, Right.\n"
+    "Symbols: # wall, _ floor, O target, X box, √ box on a target, P you, S you on a target.\n"
+    "Rewards: -0.1 per action, +1 for a box pushed onto a target, -1 for a box pushed off one, "
+    "+10 when every box is on a target."
+)
+COORDINATE_NOTE = (
+    "\nBelow the grid, positions are listed as (row, col) counted from (0, 0) at the top-left cell; "
+    "Up lowers the row, Left lowers the column."
+)
+TOOL_INSTRUCTIONS = (
+    "Sokoban: push every box (X) onto a target (O). Call `move` with Up, Down, Left or Right, one cell per call; "
+    "walking into a box pushes it unless a wall or another box is behind it. "
+    "Symbols: # wall, _ floor, √ box on target, P you, S you on a target."
+)
+
+
+### game logic
+
+STEP_PENALTY = -0.1
+BOX_ON_TARGET_REWARD = 1.0
+BOX_OFF_TARGET_PENALTY = -1.0
+SOLVED_BONUS = 10.0
+
+RENDER_MODES = ("grid", "grid_coord")
+# Longer text cannot be a move; it is rejected before stripping, so megabyte answers cost nothing.
+MAX_ACTION_CHARS = 64
+ACTION_LOOKUP = {name.lower(): index for index, name in enumerate(ACTION_NAMES)}
+
+
+def parse_action(action: Any) -> int:
+    """The index of a move name (case-insensitive, surrounding whitespace ignored), or -1 for anything else."""
+    if not isinstance(action, str) or len(action) > MAX_ACTION_CHARS:
+        return -1
+    return ACTION_LOOKUP.get(action.strip().lower(), -1)
+
+
+def render_coordinates(layout, boxes, player: int) -> str:
+    """The coordinate lines of the grid_coord observation."""
+    labels = layout.coord_labels
+    return (
+        f"Board size: {layout.height} rows x {layout.width} columns\n"
+        f"Targets: {', '.join(labels[cell] for cell in sorted(layout.targets))}\n"
+        f"Boxes: {', '.join(labels[cell] for cell in sorted(boxes))}\n"
+        f"Player: {labels[player]}"
+    )
+
+
+def _require_int(field: str, value: Any, minimum: int, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}; {fix}")
+    return int(value)
+
+
+def check_seed(seed: Any) -> int | None:
+    if seed is None:
+        return None
+    return _require_int("seed", seed, 0, "pass a non-negative integer, or None for a fresh random room")
+
+
+### env class
+
+
+class SokobanEnv(TextEnv):
+    """Sokoban with RAGEN's rewards; see the module docstring.
+
+    Args:
+        dim_room (`tuple[int, int]`, defaults to `(6, 6)`):
+            Room (height, width), wall ring included (paper: 6x6).
+        num_boxes (`int`, defaults to `1`):
+            Boxes (and targets) per room (paper: 1).
+        max_steps (`int`, defaults to `100`):
+            Moves after which the episode ends unsolved.
+        search_depth (`int`, defaults to `100`):
+            Depth, in reverse moves, of the generator's reverse-play search.
+        max_search_states (`int`, defaults to `100000`):
+            Positions the reverse-play search may visit per attempt (bounds generation time of large rooms).
+        render_mode (`str`, defaults to `"grid_coord"`):
+            `"grid"` (the grid only) or `"grid_coord"` (the grid, then board size and target, box and player
+            coordinates as (row, col)).
+    """
+
+    name = "sokoban"
+
+    def __init__(
+        self,
+        *,
+        dim_room: tuple[int, int] = (6, 6),
+        num_boxes: int = 1,
+        max_steps: int = 100,
+        search_depth: int = 100,
+        max_search_states: int = 100_000,
+        render_mode: str = "grid_coord",
+    ) -> None:
+        super().__init__()
+        if not isinstance(dim_room, (tuple, list)) or len(dim_room) != 2:
+            raise ValueError(f"dim_room must be a (height, width) pair, got {dim_room!r}; e.g. dim_room=(6, 6)")
+        height = _require_int("dim_room[0]", dim_room[0], 3, "rooms need a wall ring around the floor")
+        width = _require_int("dim_room[1]", dim_room[1], 3, "rooms need a wall ring around the floor")
+        self.num_boxes = _require_int("num_boxes", num_boxes, 1, "use num_boxes=1 for the paper's setting")
+        interior = (height - 2) * (width - 2)
+        if interior < self.num_boxes + 2:
+            raise ValueError(
+                f"dim_room={tuple(dim_room)} has {interior} cells inside its walls, fewer than num_boxes + 2 = "
+                f"{self.num_boxes + 2} (targets, player, one free cell); use a larger room or fewer boxes"
+            )
+        self.dim_room = (height, width)
+        self.max_steps = _require_int("max_steps", max_steps, 1, "the paper uses max_steps=100")
+        self.search_depth = _require_int("search_depth", search_depth, 1, "the default is search_depth=100")
+        self.max_search_states = _require_int(
+            "max_search_states", max_search_states, 1, "the default is max_search_states=100000"
+        )
+        if render_mode not in RENDER_MODES:
+            raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
+        self.render_mode = render_mode
+        self._layout = None  # set by reset / load_room
+        self._boxes: set[int] = set()
+        self._player = -1
+        self._boxes_on_target = 0
+        self._num_steps = 0
+        self._done = True  # no episode until reset / load
+        self._solved = False
+
+    @property
+    def instructions(self) -> str:
+        return RULES + (COORDINATE_NOTE if self.render_mode == "grid_coord" else "")
+
+    def action_vocabulary(self) -> list[str]:
+        return list(ACTION_NAMES)
+
+    def reset(self, seed: int | None = None) -> str:
+        """Start an episode on a fresh room; the same seed gives the same room (`None` draws from the env's RNG)."""
+        seed = check_seed(seed)
+        if seed is not None:
+            self.seed_rng(seed)
+        room = generate_room(
+            self.dim_room,
+            self.num_boxes,
+            self.rng,
+            search_depth=self.search_depth,
+            max_search_states=self.max_search_states,
+        )
+        return self.load_room(room)
+
+    def load_room(self, room: SokobanRoom) -> str:
+        """Start an episode from a given position (e.g. a hand-made room or a curated level)."""
+        if not isinstance(room, SokobanRoom):
+            raise TypeError(f"room must be a SokobanRoom, got {type(room).__name__}; see SokobanRoom.from_text")
+        layout = layout_of(room)
+        self._layout = layout
+        self._boxes = {flat(layout, cell) for cell in room.boxes}
+        self._player = flat(layout, room.player)
+        self._boxes_on_target = len(self._boxes & layout.targets)
+        self._num_steps = 0
+        self._solved = self._boxes_on_target == len(self._boxes)
+        self._done = self._solved
+        return self.render()
+
+    def step(self, action: str) -> StepResult:
+        index = parse_action(action)
+        if index < 0 or self._done:
+            return self._unusable_step(index)
+        layout = self._layout
+        boxes = self._boxes
+        player = self._player
+        new_player, box_from, box_to = push_move(layout.neighbors, player, boxes, index)
+        reward = STEP_PENALTY
+        if box_from >= 0:
+            boxes.remove(box_from)
+            boxes.add(box_to)
+            if box_from in layout.targets:
+                reward += BOX_OFF_TARGET_PENALTY
+                self._boxes_on_target -= 1
+            if box_to in layout.targets:
+                reward += BOX_ON_TARGET_REWARD
+                self._boxes_on_target += 1
+        self._player = new_player
+        self._num_steps += 1
+        solved = self._boxes_on_target == len(boxes)
+        if solved:
+            reward += SOLVED_BONUS
+        done = solved or self._num_steps >= self.max_steps
+        self._solved, self._done = solved, done
+        info = {"success": solved, "action_is_valid": True, "action_is_effective": new_player != player}
+        return self.render(), reward, done, info
+
+    def _unusable_step(self, index: int) -> StepResult:
+        if self._layout is None:
+            return "", 0.0, False, _invalid_info("call reset() before step()")
+        if self._done:  # an action after the end changes nothing; the episode stays over
+            info = _invalid_info("the episode is over; call reset() to start another")
+            info["success"] = self._solved
+            return self.render(), 0.0, True, info
+        reason = f"not a move; use one of {', '.join(ACTION_NAMES)}"
+        return invalid_step(self.render(), reason, action_is_effective=False)
+
+    def render(self) -> str:
+        layout = self._layout
+        if layout is None:
+            raise RuntimeError("SokobanEnv has no room yet; call reset() or load_room() first")
+        grid = render_grid(layout, self._boxes, self._player)
+        if self.render_mode == "grid":
+            return grid
+        return grid + "\n" + render_coordinates(layout, self._boxes, self._player)
+
+    @property
+    def room(self) -> SokobanRoom:
+        """The current position (e.g. for `sokoban_generation.solve`)."""
+        layout = self._layout
+        if layout is None:
+            raise RuntimeError("SokobanEnv has no room yet; call reset() or load_room() first")
+        return SokobanRoom(
+            height=layout.height,
+            width=layout.width,
+            walls=frozenset(unflat(layout, c) for c, symbol in enumerate(layout.base_cells) if symbol == WALL),
+            targets=frozenset(unflat(layout, c) for c in layout.targets),
+            boxes=frozenset(unflat(layout, c) for c in self._boxes),
+            player=unflat(layout, self._player),
+        )
+
+    @property
+    def num_steps(self) -> int:
+        """Valid moves made in this episode."""
+        return self._num_steps
+
+    @property
+    def is_done(self) -> bool:
+        return self._done
+
+
+def _invalid_info(reason: str) -> dict[str, Any]:
+    return {"success": False, "action_is_valid": False, "action_is_effective": False, "invalid_reason": reason}
+
+
+### TRL adapter
+
+
+class SokobanToolEnv:
+    """Sokoban for `trl.GRPOTrainer(environment_factory=SokobanToolEnv)`: one `move` tool, reward = episode return.
+
+    Each dataset row gives the room through `seed` (the same seed gives the same room, so the rollouts of a group
+    share it) and optionally `env_config`, a JSON string of [`SokobanEnv`] keywords such as
+    `'{"dim_room": [8, 8], "num_boxes": 2}'`. Other columns are ignored.
+    """
+
+    def __init__(self) -> None:
+        self.env = SokobanEnv()
+        self.env_config: dict[str, Any] = {}
+        self.episode_return = 0.0
+
+    def reset(self, **row) -> str:
+        from .datasets import parse_env_config
+
+        config = parse_env_config(row.get("env_config"))
+        if config != self.env_config:
+            self.env, self.env_config = SokobanEnv(**config), config
+        self.episode_return = 0.0
+        observation = self.env.reset(seed=check_seed(row.get("seed")))
+        return f"\n\n{TOOL_INSTRUCTIONS}\n\n{observation}"
+
+    def move(self, direction: str) -> str:
+        """Move the player one cell in a direction; walking into a box pushes it.
+
+        Args:
+            direction: The direction to move (case-insensitive). (choices: ["Up", "Down", "Left", "Right"])
+
+        Returns:
+            The board after the move, the move's reward, and whether the episode is over.
+        """
+        if self.env.is_done:
+            return "The episode is over; no further moves count."
+        observation, reward, done, info = self.env.step(direction)
+        if not info["action_is_valid"]:
+            return f"Error: {info['invalid_reason']} (got {str(direction)[:40]!r})."
+        self.episode_return += reward
+        text = f"{observation}\nReward: {reward:g}"
+        if info["success"]:
+            return text + "\nAll boxes are on targets: solved. The episode is over."
+        if done:
+            return text + "\nNo moves left. The episode is over."
+        return text
+
+    def get_reward(self) -> float:
+        """The episode's return so far (sum of the move rewards)."""
+        return self.episode_return
+
+
+__all__ = ["SokobanEnv", "SokobanRoom", "SokobanToolEnv", "generate_room", "solve"]
