@@ -10,7 +10,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,8 @@
 Nothing is downloaded. Tests, notebooks and the recipes' CPU presets use it; recipes accept the model name
 ``"tiny"`` besides any Hub id or local path (see [`load_model_and_tokenizer`]).
 
-The tokenizer is a byte-level BPE trained on a fixed corpus (so any text round-trips), with Qwen2.5's ChatML
-special tokens and TRL's bundled ``qwen2_5`` chat template, which TRL accepts for conversational prompts and for
+The tokenizer is a `Qwen2Tokenizer` over a small byte-level BPE trained on a fixed corpus (so any text
+round-trips), with Qwen2.5's ChatML special tokens and TRL's bundled ``qwen2_5`` chat template, which TRL accepts for conversational prompts and for
 tool calling. ``<think>``, ``</think>``, ``<answer>`` and ``</answer>`` are single (non-special) tokens, so
 decoding with ``skip_special_tokens=True`` keeps them, as with Qwen2.5.
 
@@ -18,6 +18,9 @@ model = make_tiny_model(tokenizer, seed=0)
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import string
 from functools import lru_cache
 from pathlib import Path
@@ -60,25 +63,35 @@ def _chat_template(name: str) -> str:
 
 
 @lru_cache(maxsize=8)
-def _trained_bpe(vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def _trained_bpe(vocab_size: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Train a byte-level BPE with Qwen2's exact normaliser and pre-tokeniser; returns (vocab, merges)."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=CHATML_SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    corpus = [string.printable * 4, _CORPUS_WORDS] * 50
-    tokenizer.train_from_iterator(corpus, trainer)
-    return tokenizer.to_str()
+    tokenizer.train_from_iterator([string.printable * 4, _CORPUS_WORDS] * 50, trainer)
+    model = json.loads(tokenizer.to_str())["model"]
+    return model["vocab"], [tuple(merge) for merge in model["merges"]]
 
 
 def make_tiny_tokenizer(vocab_size: int = 1024, chat_template: str | None = "qwen2_5"):
-    """Build a byte-level BPE tokenizer with ChatML special tokens, offline and deterministic.
+    """Build a small `Qwen2Tokenizer` with ChatML special tokens, offline and deterministic.
+
+    It tokenises exactly as it does after `save_pretrained` / `AutoTokenizer.from_pretrained` (same class, same
+    pre-tokeniser as Qwen2.5), so a saved tiny model reloads with an identical tokenizer.
 
     Args:
         vocab_size (`int`, defaults to `1024`):
@@ -88,23 +101,26 @@ def make_tiny_tokenizer(vocab_size: int = 1024, chat_template: str | None = "qwe
             tool-calling checks. `None` leaves the template unset (plain-text prompts only).
 
     Returns:
-        `transformers.PreTrainedTokenizerFast` with `eos_token="<|im_end|>"`, `pad_token="<|endoftext|>"` and
-        left padding.
+        `Qwen2Tokenizer` with `eos_token="<|im_end|>"`, `pad_token="<|endoftext|>"` and left padding.
     """
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import AddedToken
+    from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
     if vocab_size < 300:
         raise ValueError(f"vocab_size must be >= 300 (256 bytes + special tokens), got {vocab_size}")
-    backend = Tokenizer.from_str(_trained_bpe(vocab_size))
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+    vocab, merges = _trained_bpe(vocab_size)
+    tokenizer = Qwen2Tokenizer(
+        vocab=dict(vocab),
+        merges=list(merges),
+        unk_token=None,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
+        extra_special_tokens=[t for t in CHATML_SPECIAL_TOKENS if t not in ("<|im_end|>", "<|endoftext|>")],
         padding_side="left",
         truncation_side="left",
     )
-    tokenizer.add_tokens(REASONING_TOKENS, special_tokens=False)
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in CHATML_SPECIAL_TOKENS])
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in REASONING_TOKENS])
     if chat_template is not None:
         tokenizer.chat_template = _chat_template(chat_template)
     return tokenizer
@@ -171,12 +187,48 @@ def is_tiny_model_name(name_or_path: str | None) -> bool:
     return name_or_path is not None and name_or_path.strip().lower() == TINY_MODEL_NAME
 
 
-def load_model_and_tokenizer(model_name_or_path: str, *, seed: int = 0, dtype: str | torch.dtype | None = None, **kwargs):
+def default_cache_dir() -> Path:
+    """`$TRL_RAGEN2_CACHE`, else `$XDG_CACHE_HOME/trl_ragen2`, else `~/.cache/trl_ragen2`."""
+    if os.environ.get("TRL_RAGEN2_CACHE"):
+        return Path(os.environ["TRL_RAGEN2_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "trl_ragen2"
+
+
+def save_tiny_model(output_dir: str | os.PathLike, *, seed: int = 0) -> str:
+    """Build the tiny model and tokenizer and save both to `output_dir` (a regular `from_pretrained` folder).
+
+    A saved copy has a `name_or_path`, which TRL needs wherever it reloads the model by name, e.g. to build the
+    reference model when `beta > 0`.
+    """
+    tokenizer = make_tiny_tokenizer()
+    make_tiny_model(tokenizer, seed=seed).save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return str(output_dir)
+
+
+def tiny_model_path(*, seed: int = 0, cache_dir: str | os.PathLike | None = None) -> str:
+    """Folder holding the tiny model for `seed`, saved on first use under the cache directory and reused after."""
+    folder = Path(cache_dir or default_cache_dir()) / f"tiny-qwen2-seed{seed}"
+    if not (folder / "config.json").exists() or not (folder / "tokenizer_config.json").exists():
+        # Save to a private folder, then rename: concurrent processes never read a half-written model.
+        tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+        save_tiny_model(tmp, seed=seed)
+        try:
+            tmp.replace(folder)
+        except OSError:  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(folder)
+
+
+def load_model_and_tokenizer(
+    model_name_or_path: str, *, seed: int = 0, dtype: str | torch.dtype | None = None, **kwargs
+):
     """Load a causal LM and its tokenizer from a Hub id or a local path, or build the tiny model for `"tiny"`.
 
     Args:
         model_name_or_path (`str`):
-            `"tiny"` for the offline tiny model, otherwise anything `from_pretrained` accepts.
+            `"tiny"` for the offline tiny model (saved once under [`default_cache_dir`] and loaded from there, so it
+            has a path TRL can reload it from), otherwise anything `from_pretrained` accepts.
         seed (`int`, defaults to `0`):
             Weight seed of the tiny model (ignored for pretrained models).
         dtype (`str` or `torch.dtype`, *optional*):
@@ -184,12 +236,10 @@ def load_model_and_tokenizer(model_name_or_path: str, *, seed: int = 0, dtype: s
         **kwargs:
             Passed to `AutoModelForCausalLM.from_pretrained` (e.g. `attn_implementation`).
     """
-    if is_tiny_model_name(model_name_or_path):
-        tokenizer = make_tiny_tokenizer()
-        torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
-        model = make_tiny_model(tokenizer, seed=seed, dtype=torch_dtype or torch.float32)
-        return model, tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if is_tiny_model_name(model_name_or_path):
+        model_name_or_path = tiny_model_path(seed=seed)
 
     tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
     if tokenizer.pad_token is None:

@@ -1,0 +1,56 @@
+"""Scripted generation for trainer tests: completions fixed by the prompt, so rewards and variances are known.
+
+`script_generation(trainer)` replaces the trainer's generation backend: the k-th rollout of a prompt (k = 0..G-1
+in the order TRL lays out a group) is `k + 1` copies of one token followed by EOS, so completion lengths are
+2, 3, ..., G + 1. `parity_reward` then pays `amplitude[prompt] * (length % 2)`, which gives every group of G = 4
+rollouts the rewards [0, a, 0, a] and a sample variance of a**2 / 3, whatever order rows are shuffled into.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+def script_generation(trainer, token: str = " x"):
+    tokenizer = trainer.processing_class
+    token_id = tokenizer.encode(token)[0]
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        seen = Counter()
+        completions = []
+        for ids in prompt_ids:
+            key = tuple(ids)
+            copy_index = seen[key] % num_generations
+            seen[key] += 1
+            completions.append([token_id] * (copy_index + 1) + [tokenizer.eos_token_id])
+        return completions, None
+
+    trainer._generate_single_turn = generate
+    return trainer
+
+
+def parity_reward_for(amplitudes: dict[str, float]):
+    """A reward function paying amplitudes[prompt] on odd-length completions and 0 on even ones."""
+
+    def parity_reward(prompts, completion_ids, **kwargs):
+        return [amplitudes[p] * (len(ids) % 2) for p, ids in zip(prompts, completion_ids, strict=True)]
+
+    return parity_reward
+
+
+def record_loss_rows(trainer):
+    """Wrap `_compute_loss` to record, per call, the decoded prompts of the rows that carry loss tokens."""
+    calls: list[list[str]] = []
+    original = trainer._compute_loss
+
+    def compute_loss(model, inputs):
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        rows = mask.sum(dim=1) > 0
+        prompts = trainer.processing_class.batch_decode(inputs["prompt_ids"][rows], skip_special_tokens=True)
+        calls.append(prompts)
+        return original(model, inputs)
+
+    trainer._compute_loss = compute_loss
+    return calls

@@ -1,0 +1,296 @@
+"""SNRFilteredGRPOTrainer on the tiny offline model: which rows train, exact loss, empty steps, resume, options."""
+
+import json
+import logging
+from collections import Counter
+
+import pytest
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+from trl_ragen2.tiny import make_tiny_model, tiny_model_path
+
+from .scripted import parity_reward_for, record_loss_rows, script_generation
+
+
+# amplitude a gives the group rewards [0, a, 0, a]: variances 0, 1/3, 100/3, 0 -> rho = 0.9 keeps only "P2:"
+AMPLITUDES = {"P0:": 0.0, "P1:": 1.0, "P2:": 10.0, "P3:": 0.0}
+
+
+def make_args(tmp_path, cls=SNRFilteredGRPOConfig, **overrides):
+    values = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=16,  # one generation batch = 4 prompts x 4 rollouts
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=1,
+        learning_rate=1e-2,  # large, so one step visibly moves the tiny model
+        bf16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=7,
+    )
+    values.update(overrides)
+    return cls(**values)
+
+
+def dataset(prompts):
+    return Dataset.from_dict({"prompt": list(prompts)})
+
+
+def snapshot(model):
+    return {name: param.detach().clone() for name, param in model.named_parameters()}
+
+
+def assert_same_params(a, b, atol=0.0):
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=0, msg=name)
+
+
+def scripted_trainer(tmp_path, tokenizer, prompts=AMPLITUDES, trainer_cls=SNRFilteredGRPOTrainer, model=None, **args):
+    config_cls = SNRFilteredGRPOConfig if trainer_cls is SNRFilteredGRPOTrainer else GRPOConfig
+    trainer = trainer_cls(
+        model=model if model is not None else make_tiny_model(tokenizer, seed=0),
+        reward_funcs=parity_reward_for(AMPLITUDES),
+        args=make_args(tmp_path, config_cls, **args),
+        train_dataset=dataset(prompts),
+        processing_class=tokenizer,
+    )
+    return script_generation(trainer)
+
+
+def test_only_the_kept_groups_reach_the_loss(tmp_path, tiny_tokenizer):
+    trainer = scripted_trainer(tmp_path, tiny_tokenizer)
+    calls = record_loss_rows(trainer)
+    before = snapshot(trainer.model)
+    trainer.train()
+    assert [Counter(call) for call in calls] == [Counter({"P2:": 4})]
+    after = snapshot(trainer.model)
+    assert any(not torch.equal(before[n], after[n]) for n in before), "the kept group must train the model"
+    logs = trainer.state.log_history[0]
+    assert logs["ragen2/filter/kept_groups"] == 1 and logs["ragen2/filter/num_groups"] == 4
+    assert logs["ragen2/filter/kept_rows"] == 4
+    assert logs["ragen2/filter/kept_fraction"] == 0.25
+    assert logs["ragen2/filter/kept_variance_share"] == pytest.approx((100 / 3) / (101 / 3))
+    assert logs["ragen2/filter/zero_variance_groups"] == 2
+    assert logs["ragen2/filter/zero_variance_at_min"] == 2  # P0 and P3 earn 0 everywhere, the batch minimum
+    assert logs["ragen2/filter/empty"] == 0
+
+
+@pytest.mark.parametrize("scaling, factor", [("none", 1.0), ("linear", 0.25), ("sqrt", 0.5)])
+def test_loss_equals_plain_grpo_on_the_kept_groups_alone(tmp_path, tiny_tokenizer, scaling, factor):
+    # SGD: parameters move linearly with the gradient (Adam's first step would amplify float noise to lr-size).
+    filtered = scripted_trainer(tmp_path / "snr", tiny_tokenizer, optim="sgd", reward_variance_loss_scaling=scaling)
+    filtered.train()
+    # Plain GRPOTrainer, same model and seed, given only the group the filter keeps.
+    plain = scripted_trainer(
+        tmp_path / "plain",
+        tiny_tokenizer,
+        prompts=["P2:"],
+        trainer_cls=GRPOTrainer,
+        per_device_train_batch_size=4,
+        optim="sgd",
+    )
+    plain.train()
+    filtered_loss = filtered.state.log_history[0]["loss"]
+    plain_loss = plain.state.log_history[0]["loss"]
+    assert plain_loss != 0.0
+    assert filtered_loss == pytest.approx(plain_loss * factor, rel=1e-5, abs=1e-7)
+    if scaling == "none":
+        assert_same_params(snapshot(filtered.model), snapshot(plain.model), atol=1e-6)
+
+
+def test_filtering_off_matches_grpo_trainer_exactly(tmp_path, tiny_tokenizer):
+    """With real sampling (no script), same seed: identical parameters after two steps."""
+    prompts = [f"Count to {i}:" for i in range(8)]
+
+    def length_reward(completions, **kwargs):
+        return [float(len(c)) for c in completions]
+
+    def run(trainer_cls, config_cls, out, **extra):
+        torch.manual_seed(0)
+        trainer = trainer_cls(
+            model=make_tiny_model(tiny_tokenizer, seed=0),
+            reward_funcs=length_reward,
+            args=make_args(out, config_cls, per_device_train_batch_size=8, max_steps=2, **extra),
+            train_dataset=dataset(prompts),
+            processing_class=tiny_tokenizer,
+        )
+        trainer.train()
+        return snapshot(trainer.model), trainer.state.log_history
+
+    plain_params, plain_logs = run(GRPOTrainer, GRPOConfig, tmp_path / "a")
+    snr_params, snr_logs = run(
+        SNRFilteredGRPOTrainer, SNRFilteredGRPOConfig, tmp_path / "b", reward_variance_filtering=None
+    )
+    assert_same_params(plain_params, snr_params)
+    assert plain_logs[0]["loss"] == snr_logs[0]["loss"]
+    assert not any(key.startswith("ragen2/filter") for key in snr_logs[0])
+
+
+def test_empty_steps_change_no_parameter_and_stop_after_patience(tmp_path, tiny_tokenizer, caplog):
+    flat = dict.fromkeys(AMPLITUDES, 0.0)  # every rollout earns 0: no group has variance
+    trainer = SNRFilteredGRPOTrainer(
+        model=make_tiny_model(tiny_tokenizer, seed=0),
+        reward_funcs=parity_reward_for(flat),
+        args=make_args(tmp_path, max_steps=6, weight_decay=0.1, reward_variance_empty_patience=2),
+        train_dataset=dataset(AMPLITUDES),
+        processing_class=tiny_tokenizer,
+    )
+    script_generation(trainer)
+    before = snapshot(trainer.model)
+    with caplog.at_level(logging.WARNING, logger="trl_ragen2.grpo_trainer"):
+        trainer.train()
+    assert_same_params(before, snapshot(trainer.model))  # not even weight decay moved them
+    assert trainer.state.global_step == 2, "training stops once patience is reached"
+    assert trainer.filter_state.empty_steps == 2 and trainer.filter_state.consecutive_empty_steps == 2
+    assert "kept no prompt group for 2 consecutive steps" in caplog.text
+    assert "reward_variance_empty_patience=0" in caplog.text
+    assert [log["ragen2/filter/empty_steps"] for log in trainer.state.log_history if "loss" in log] == [1.0, 2.0]
+
+
+def test_uneven_split_trains_every_kept_row(tmp_path, tiny_tokenizer):
+    """S = 3 micro-batches for 4 kept rows: split 2 + 1 + 1; TRL's floor split would drop one row."""
+    trainer = scripted_trainer(
+        tmp_path,
+        tiny_tokenizer,
+        prompts=["P2:", "P0:", "P3:"],
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=3,
+    )
+    calls = record_loss_rows(trainer)
+    trainer.train()
+    assert sorted(len(call) for call in calls) == [1, 1, 2]
+    assert sum(Counter(call)["P2:"] for call in calls) == 4
+
+
+def test_resume_restores_filter_state(tmp_path, tiny_tokenizer):
+    flat = dict.fromkeys(AMPLITUDES, 0.0)
+
+    def trainer_for(max_steps):
+        trainer = SNRFilteredGRPOTrainer(
+            model=make_tiny_model(tiny_tokenizer, seed=0),
+            reward_funcs=parity_reward_for(flat),
+            args=make_args(
+                tmp_path, max_steps=max_steps, save_strategy="steps", save_steps=1, reward_variance_empty_patience=0
+            ),
+            train_dataset=dataset(AMPLITUDES),
+            processing_class=tiny_tokenizer,
+        )
+        return script_generation(trainer)
+
+    first = trainer_for(2)
+    first.train()
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    with open(checkpoint / "ragen2_filter_state.json") as f:
+        assert json.load(f)["empty_steps"] == 2
+    assert "RAGEN-2 training details" in (tmp_path / "out" / "README.md").read_text()  # written at each save
+
+    resumed = trainer_for(3)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.state.global_step == 3
+    assert resumed.filter_state.empty_steps == 3 and resumed.filter_state.consecutive_empty_steps == 3
+
+
+def test_model_card_carries_tags_and_citation(tmp_path, tiny_tokenizer):
+    trainer = scripted_trainer(tmp_path, tiny_tokenizer)
+    trainer.model_card_details["Catalogue"] = "procedural-100-seed0"
+    trainer.train()
+    trainer.create_model_card(model_name="tiny-ragen2")
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "ragen2" in card and "snr-filtering" in card
+    assert "2604.06268" in card and "RAGEN-2: Reasoning Collapse in Agentic RL" in card
+    assert "SNR-aware filtering: `top_p`" in card and "Catalogue: procedural-100-seed0" in card
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_iterations": 2, "max_steps": 2},
+        {"beta": 0.1},
+        {
+            "gradient_accumulation_steps": 2,
+            "per_device_train_batch_size": 4,
+            "steps_per_generation": 4,
+            "max_steps": 2,
+        },
+        {"loss_type": "grpo"},
+        {"reward_variance_filtering": "top_k", "reward_variance_top_k": 0.5},
+        {"reward_variance_filtering": "min_p", "reward_variance_min_p": 0.01},
+        {"reward_variance_top_p_mode": "softmax", "reward_variance_include_zero": True},
+    ],
+    ids=["num_iterations", "beta", "steps_per_generation", "loss_grpo", "top_k", "min_p", "softmax"],
+)
+def test_training_options(tmp_path, tiny_tokenizer, options):
+    # beta > 0 reloads the reference model by name, so pass the tiny model as a saved folder
+    model = tiny_model_path(cache_dir=tmp_path / "models") if options.get("beta") else None
+    trainer = scripted_trainer(tmp_path, tiny_tokenizer, model=model, **options)
+    before = snapshot(trainer.model)
+    trainer.train()
+    assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+    assert "ragen2/filter/kept_groups" in trainer.state.log_history[0]
+    assert trainer.state.log_history[-1]["train_loss"] is not None
+
+
+def test_peft_model(tmp_path, tiny_tokenizer):
+    from peft import LoraConfig
+
+    trainer = SNRFilteredGRPOTrainer(
+        model=make_tiny_model(tiny_tokenizer, seed=0),
+        reward_funcs=parity_reward_for(AMPLITUDES),
+        args=make_args(tmp_path, beta=0.05),  # beta > 0 with PEFT: the reference is the adapter-disabled model
+        train_dataset=dataset(AMPLITUDES),
+        processing_class=tiny_tokenizer,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    script_generation(trainer)
+    calls = record_loss_rows(trainer)
+    lora_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    trainer.train()
+    assert [Counter(call) for call in calls] == [Counter({"P2:": 4})]
+    assert any(not torch.equal(lora_before[n], p) for n, p in trainer.model.named_parameters() if "lora_B" in n)
+
+
+def test_evaluation_is_never_filtered(tmp_path, tiny_tokenizer):
+    trainer = scripted_trainer(tmp_path, tiny_tokenizer, per_device_eval_batch_size=16, eval_strategy="no")
+    trainer.eval_dataset = dataset(AMPLITUDES)
+    calls = record_loss_rows(trainer)
+    metrics = trainer.evaluate()
+    assert "eval_loss" in metrics
+    assert Counter(calls[0]) == Counter(dict.fromkeys(AMPLITUDES, 4)), "evaluation keeps every row"
+    assert trainer.filter_state.filtered_steps == 0
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"reward_variance_filtering": "top_q"}, "reward_variance_filtering must be one of"),
+        ({"reward_variance_top_p": 1.2}, "reward_variance_top_p must be in \\(0, 1\\], got 1.2"),
+        ({"reward_variance_filtering": "top_k"}, "reward_variance_top_k must be > 0"),
+        ({"reward_variance_filtering": "min_p", "reward_variance_min_p": 3}, "reward_variance_min_p must be in"),
+        ({"reward_variance_metric": "mad"}, "reward_variance_metric must be one of"),
+        ({"reward_variance_top_p_mode": "cubic"}, "reward_variance_top_p_mode must be one of"),
+        ({"reward_variance_loss_scaling": "rho"}, "reward_variance_loss_scaling must be one of"),
+        ({"reward_variance_empty_patience": -1}, "reward_variance_empty_patience must be >= 0"),
+        ({"reward_variance_selection_eps": -1.0}, "reward_variance_selection_eps must be >= 0"),
+    ],
+)
+def test_config_validation(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        make_args(tmp_path, **overrides)
+
+
+def test_plain_grpo_config_is_rejected_with_a_fix(tmp_path, tiny_tokenizer):
+    with pytest.raises(TypeError, match="SNRFilteredGRPOConfig"):
+        SNRFilteredGRPOTrainer(
+            model=make_tiny_model(tiny_tokenizer),
+            reward_funcs=parity_reward_for(AMPLITUDES),
+            args=make_args(tmp_path, GRPOConfig),
+            train_dataset=dataset(AMPLITUDES),
+            processing_class=tiny_tokenizer,
+        )

@@ -1,0 +1,266 @@
+"""SNR-aware filtering: rank prompt groups by within-prompt reward variance and keep the top of them.
+
+RAGEN-2 (arXiv 2604.06268, §3.3) updates only on the prompt groups whose rewards vary most: a group whose G
+rollouts all earn the same reward has zero advantage and carries no task signal, only the noise of the KL and
+entropy terms. These functions are pure torch and free of trainer imports, so any RL stack can use them:
+
+```python
+scores = group_reward_scores(rewards, num_generations=8)      # (P,) sample variance per prompt group
+keep = select_groups(scores, strategy="top_p", top_p=0.9)     # (P,) bool: the groups holding 90% of the mass
+stats = filter_stats(rewards, num_generations=8, keep=keep)   # kept fraction, variance share, Table 8 Std/Mean
+```
+
+Rewards are always laid out in group order: the G rollouts of prompt p are rows p*G ... p*G + G - 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+SCORE_METRICS = ("variance", "std")
+STRATEGIES = ("top_p", "top_k", "min_p")
+TOP_P_MODES = ("linear", "softmax")
+# Groups scoring at or below this are "zero variance" (all rollouts earned the same reward).
+ZERO_SCORE_TOL = 1e-10
+
+
+def _check_rewards(rewards: torch.Tensor, num_generations: int, fn: str) -> torch.Tensor:
+    if not isinstance(num_generations, int) or isinstance(num_generations, bool) or num_generations < 1:
+        raise ValueError(f"{fn}: num_generations must be a positive int, got {num_generations!r}")
+    rewards = torch.as_tensor(rewards)
+    if rewards.dim() != 1:
+        raise ValueError(
+            f"{fn}: rewards must be 1-D of shape (num_groups * num_generations,), got shape {tuple(rewards.shape)}; "
+            "sum the reward functions (weighted) into one reward per rollout first"
+        )
+    if rewards.numel() == 0 or rewards.numel() % num_generations != 0:
+        raise ValueError(
+            f"{fn}: rewards has {rewards.numel()} entries, which is not a positive multiple of "
+            f"num_generations={num_generations}; rewards must hold every rollout of every group, in group order"
+        )
+    return rewards.to(torch.float64)
+
+
+def group_reward_scores(rewards: torch.Tensor, num_generations: int, metric: str = "variance") -> torch.Tensor:
+    """Score each prompt group by the spread of its rollouts' rewards.
+
+    Args:
+        rewards (`torch.Tensor` of shape `(P * G,)`):
+            One (already weighted and summed) reward per rollout, in group order. NaN rewards (rollouts no reward
+            function could score) are ignored within their group.
+        num_generations (`int`):
+            Rollouts per prompt group, G.
+        metric (`str`, defaults to `"variance"`):
+            `"variance"`: the unbiased sample variance (ddof=1), as in the paper's Var̂(R|X). `"std"`: its square
+            root, as in RAGEN's released code. A group with fewer than 2 finite rewards scores 0.
+
+    Returns:
+        `torch.Tensor` of shape `(P,)`, float32 on the rewards' device.
+    """
+    if metric not in SCORE_METRICS:
+        raise ValueError(f"group_reward_scores: metric must be one of {SCORE_METRICS}, got {metric!r}")
+    grouped = _check_rewards(rewards, num_generations, "group_reward_scores").view(-1, num_generations)  # (P, G)
+    finite = torch.isfinite(grouped)
+    count = finite.sum(dim=1)  # (P,)
+    values = torch.where(finite, grouped, torch.zeros_like(grouped))
+    mean = values.sum(dim=1) / count.clamp(min=1)
+    squared_dev = torch.where(finite, (grouped - mean.unsqueeze(1)) ** 2, torch.zeros_like(grouped))
+    variance = squared_dev.sum(dim=1) / (count - 1).clamp(min=1)
+    variance = torch.where(count >= 2, variance, torch.zeros_like(variance))
+    scores = variance if metric == "variance" else variance.sqrt()
+    return scores.to(torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Selection strategies. Each receives the candidate scores already sorted best-first (float64) and returns how
+# many of them to keep (a prefix length), except min_p, which is a threshold rule on the same sorted order.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _keep_top_p(sorted_scores: torch.Tensor, *, top_p: float, top_p_mode: str, selection_eps: float, **_) -> int:
+    if sorted_scores.numel() == 0:
+        return 0
+    if top_p_mode == "softmax":
+        # The shortest prefix whose cumulative softmax probability reaches top_p; at least one group.
+        if top_p >= 1.0:
+            return sorted_scores.numel()
+        cumulative = torch.softmax(sorted_scores, dim=0).cumsum(dim=0)
+        return min(
+            int(torch.searchsorted(cumulative, torch.tensor(top_p, dtype=cumulative.dtype))) + 1, len(cumulative)
+        )
+    cumulative = sorted_scores.cumsum(dim=0)
+    total = cumulative[-1].item()
+    if total <= 0.0:
+        return 0  # no variance anywhere: the paper's top-p rejects the whole batch
+    threshold = top_p * total - selection_eps
+    reached = (cumulative >= threshold).nonzero()
+    # top_p <= 1 guarantees the full prefix reaches the threshold; keep at least one group when the mass is positive.
+    return max(1, int(reached[0]) + 1) if reached.numel() else sorted_scores.numel()
+
+
+def _keep_top_k(sorted_scores: torch.Tensor, *, top_k: float, num_groups: int, **_) -> int:
+    k = max(1, int(top_k * num_groups)) if top_k < 1 else int(top_k)
+    return min(k, sorted_scores.numel())
+
+
+def _keep_min_p(sorted_scores: torch.Tensor, *, min_p: float, largest: bool, **_) -> int:
+    if sorted_scores.numel() == 0:
+        return 0
+    # Scores are sorted best-first, so the kept set is a prefix: the groups scoring at least min_p of the maximum
+    # (largest=True), or at most min_p of the maximum (largest=False).
+    threshold = min_p * sorted_scores.max().item()
+    passes = sorted_scores >= threshold if largest else sorted_scores <= threshold
+    return int(passes.sum())
+
+
+_STRATEGY_FUNCTIONS = {"top_p": _keep_top_p, "top_k": _keep_top_k, "min_p": _keep_min_p}
+
+
+def _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"select_groups: strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if top_p_mode not in TOP_P_MODES:
+        raise ValueError(f"select_groups: top_p_mode must be one of {TOP_P_MODES}, got {top_p_mode!r}")
+    if strategy == "top_p" and not (isinstance(top_p, int | float) and 0.0 < top_p <= 1.0):
+        raise ValueError(f"select_groups: top_p must be in (0, 1], got {top_p!r}")
+    if strategy == "top_k" and not (isinstance(top_k, int | float) and top_k > 0 and math.isfinite(top_k)):
+        raise ValueError(
+            f"select_groups: top_k must be > 0 (a fraction of the groups when < 1, a count otherwise), got {top_k!r}"
+        )
+    if strategy == "min_p" and not (isinstance(min_p, int | float) and 0.0 <= min_p <= 1.0):
+        raise ValueError(f"select_groups: min_p must be in [0, 1], got {min_p!r}")
+    if not (isinstance(selection_eps, int | float) and math.isfinite(selection_eps) and selection_eps >= 0.0):
+        raise ValueError(f"select_groups: selection_eps must be a finite number >= 0, got {selection_eps!r}")
+
+
+def select_groups(
+    scores: torch.Tensor,
+    *,
+    strategy: str = "top_p",
+    top_p: float = 0.9,
+    top_k: float | None = None,
+    min_p: float | None = None,
+    top_p_mode: str = "linear",
+    include_zero: bool = False,
+    selection_eps: float = 0.0,
+    largest: bool = True,
+) -> torch.Tensor:
+    """Choose which prompt groups to train on.
+
+    Groups are ranked by descending score (ascending with `largest=False`), ties broken by the lower group index.
+    Candidates are all groups, minus those scoring <= 1e-10 unless `include_zero`. The kept set is always a
+    prefix of the ranked candidates.
+
+    Args:
+        scores (`torch.Tensor` of shape `(P,)`):
+            Per-group scores, e.g. from [`group_reward_scores`]. Must be finite.
+        strategy (`str`, defaults to `"top_p"`):
+            `"top_p"`: the shortest prefix holding a `top_p` share of the mass (see `top_p_mode`). `"top_k"`: a
+            fixed number of groups. `"min_p"`: the groups scoring at least `min_p` times the best score.
+        top_p (`float`, defaults to `0.9`):
+            Mass share for `"top_p"`, in (0, 1]. The paper's rho = 0.9.
+        top_k (`float`, *optional*):
+            For `"top_k"`: `max(1, int(top_k * P))` groups when < 1, else `int(top_k)`; never more than the
+            candidates.
+        min_p (`float`, *optional*):
+            For `"min_p"`, in [0, 1]: keep candidates with score >= `min_p * max(score)` (<= with
+            `largest=False`).
+        top_p_mode (`str`, defaults to `"linear"`):
+            `"linear"` (the paper): keep the shortest prefix whose cumulative score reaches
+            `top_p * sum(candidate scores) - selection_eps`; nothing is kept when that sum is 0. `"softmax"`
+            (RAGEN's release scripts): the shortest prefix whose cumulative softmax probability reaches `top_p`,
+            at least one group.
+        include_zero (`bool`, defaults to `False`):
+            Keep zero-score groups among the candidates.
+        selection_eps (`float`, defaults to `0.0`):
+            Slack subtracted from the linear top-p threshold (RAGEN uses 0.01).
+        largest (`bool`, defaults to `True`):
+            `False` ranks ascending: the paper's "keep smallest" ablation.
+
+    Returns:
+        `torch.Tensor` of shape `(P,)`, dtype bool, on the scores' device.
+    """
+    _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps)
+    scores = torch.as_tensor(scores)
+    if scores.dim() != 1 or scores.numel() == 0:
+        raise ValueError(
+            f"select_groups: scores must be a non-empty 1-D tensor (one per group), got {tuple(scores.shape)}"
+        )
+    if not torch.isfinite(scores).all():
+        raise ValueError(
+            "select_groups: scores contain NaN or inf; score groups with group_reward_scores, which ignores NaN rewards"
+        )
+
+    original = scores.detach().cpu()
+    values = original.to(torch.float64)
+    # Stable sort on the key, so equal scores keep ascending group order in both directions.
+    order = torch.sort(-values if largest else values, stable=True).indices
+    if not include_zero:
+        # compared in the scores' own precision, so a float32 score of exactly 1e-10 counts as zero
+        order = order[original[order] > ZERO_SCORE_TOL]
+    sorted_scores = values[order]
+    num_kept = _STRATEGY_FUNCTIONS[strategy](
+        sorted_scores,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        top_p_mode=top_p_mode,
+        selection_eps=selection_eps,
+        num_groups=values.numel(),
+        largest=largest,
+    )
+    keep = torch.zeros(values.numel(), dtype=torch.bool)
+    keep[order[:num_kept]] = True
+    return keep.to(scores.device)
+
+
+def filter_stats(rewards: torch.Tensor, num_generations: int, keep: torch.Tensor) -> dict[str, float]:
+    """Describe one filtering decision (the numbers logged under `ragen2/filter/...`).
+
+    Args:
+        rewards (`torch.Tensor` of shape `(P * G,)`): rewards in group order, as given to [`group_reward_scores`].
+        num_generations (`int`): rollouts per group, G.
+        keep (`torch.Tensor` of shape `(P,)`, bool): the kept groups.
+
+    Returns:
+        `dict` with `num_groups`, `kept_groups`, `kept_fraction` (of groups), `kept_variance_share` (kept share of
+        the summed per-group reward variance; NaN when the batch has none), `std_over_mean` (Std/Mean of the
+        per-group reward std over the batch, the paper's Table 8 diagnostic; NaN when every group has zero std),
+        `zero_variance_groups`, and of those `zero_variance_at_max` (every rollout earned the batch's best reward)
+        and `zero_variance_at_min` (every rollout earned the batch's worst reward).
+    """
+    variance = group_reward_scores(rewards, num_generations, metric="variance").to(torch.float64)
+    keep = torch.as_tensor(keep, dtype=torch.bool).to(variance.device)
+    if keep.shape != variance.shape:
+        raise ValueError(
+            f"filter_stats: keep must have shape {tuple(variance.shape)} (one per group), got {tuple(keep.shape)}"
+        )
+    grouped = _check_rewards(rewards, num_generations, "filter_stats").view(-1, num_generations)
+    std = variance.sqrt()
+    total_variance = variance.sum().item()
+    zero = variance <= ZERO_SCORE_TOL
+    finite = grouped[torch.isfinite(grouped)]
+    if finite.numel():
+        best, worst = finite.max(), finite.min()
+        group_max = (
+            torch.where(torch.isfinite(grouped), grouped, torch.full_like(grouped, -math.inf)).max(dim=1).values
+        )
+        group_min = torch.where(torch.isfinite(grouped), grouped, torch.full_like(grouped, math.inf)).min(dim=1).values
+        at_max = zero & (group_min == best)
+        at_min = zero & (group_max == worst) & ~at_max
+    else:
+        at_max = at_min = torch.zeros_like(zero)
+    mean_std = std.mean().item()
+    return {
+        "num_groups": float(variance.numel()),
+        "kept_groups": float(keep.sum().item()),
+        "kept_fraction": keep.float().mean().item(),
+        "kept_variance_share": variance[keep].sum().item() / total_variance if total_variance > 0 else math.nan,
+        "std_over_mean": std.std(unbiased=False).item() / mean_std if mean_std > 0 else math.nan,
+        "zero_variance_groups": float(zero.sum().item()),
+        "zero_variance_at_max": float(at_max.sum().item()),
+        "zero_variance_at_min": float(at_min.sum().item()),
+    }

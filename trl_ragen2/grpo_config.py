@@ -1,0 +1,167 @@
+"""`SNRFilteredGRPOConfig`: `GRPOConfig` plus the RAGEN-2 SNR-aware filtering fields.
+
+The filter fields carry the names of TRL's open pull request #7242 (`reward_variance_*`), so a config moves
+between the two unchanged. Every field is validated in `__post_init__` with an error naming the field, its value
+and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from .filtering import SCORE_METRICS, STRATEGIES, TOP_P_MODES
+
+
+LOSS_SCALINGS = ("none", "linear", "sqrt")
+
+
+@dataclass
+class SNRFilterArguments:
+    r"""
+    RAGEN-2 SNR-aware filtering (arXiv 2604.06268, §3.3), shared by the GRPO and PPO variants.
+
+    Before each policy update the prompt groups are ranked by their within-prompt reward variance, and only the
+    top groups are trained on; the rows of the other groups are dropped from the batch, so they cost no forward or
+    backward pass.
+
+    Parameters:
+        reward_variance_filtering (`str` or `None`, *optional*, defaults to `"top_p"`):
+            Selection rule: `"top_p"` (keep the groups holding a `reward_variance_top_p` share of the variance
+            mass, the paper's method), `"top_k"` or `"min_p"`. `None` disables filtering: the trainer then behaves
+            exactly like its TRL parent.
+        reward_variance_top_p (`float`, *optional*, defaults to `0.9`):
+            Mass share rho kept by `"top_p"`, in (0, 1]. The paper uses rho = 0.9 and finds 0.8-0.98 best.
+        reward_variance_top_k (`float` or `None`, *optional*, defaults to `None`):
+            For `"top_k"`: a fraction of the groups when < 1 (at least one group), a count otherwise. Table 9
+            ablates 0.25 and 0.5.
+        reward_variance_min_p (`float` or `None`, *optional*, defaults to `None`):
+            For `"min_p"`: keep groups scoring at least this share of the best group, in [0, 1]. Table 9 ablates
+            0.05 and 0.2.
+        reward_variance_top_p_mode (`str`, *optional*, defaults to `"linear"`):
+            `"linear"` (the paper's cumulative-mass rule) or `"softmax"` (RAGEN's release scripts: cumulative
+            softmax probability of the scores).
+        reward_variance_metric (`str`, *optional*, defaults to `"variance"`):
+            Group score: `"variance"` (unbiased sample variance, the paper) or `"std"` (RAGEN's released code).
+            The ranking is the same; the top-p mass and min-p threshold differ.
+        reward_variance_include_zero (`bool`, *optional*, defaults to `False`):
+            Keep zero-variance groups among the candidates (RAGEN's main-table runs: `True`; its README and the
+            top-p sweeps: `False`).
+        reward_variance_selection_eps (`float`, *optional*, defaults to `0.01`):
+            Slack subtracted from the linear top-p threshold (RAGEN's `rollout_filter_selection_eps`).
+        reward_variance_largest (`bool`, *optional*, defaults to `True`):
+            `False` keeps the lowest-variance groups instead: the paper's "keep smallest" ablation (Table 9).
+        reward_variance_loss_scaling (`str`, *optional*, defaults to `"none"`):
+            Multiply the loss by `"linear"`: the kept fraction of groups, `"sqrt"`: its square root, or `"none"`
+            (RAGEN's released runs; the paper's text scales by rho).
+        reward_variance_empty_patience (`int`, *optional*, defaults to `5`):
+            Stop training after this many consecutive generation steps in which no group was kept (RAGEN's
+            `rollout_filter_empty_stop_steps`). `0` never stops.
+    """
+
+    reward_variance_filtering: str | None = field(
+        default="top_p",
+        metadata={"help": "Selection rule: 'top_p' (the paper), 'top_k', 'min_p', or None to disable filtering."},
+    )
+    reward_variance_top_p: float = field(
+        default=0.9, metadata={"help": "Variance-mass share rho kept by 'top_p', in (0, 1]. Paper: 0.9."}
+    )
+    reward_variance_top_k: float | None = field(
+        default=None, metadata={"help": "For 'top_k': a fraction of the groups when < 1, else a count."}
+    )
+    reward_variance_min_p: float | None = field(
+        default=None, metadata={"help": "For 'min_p': keep groups scoring >= this share of the best, in [0, 1]."}
+    )
+    reward_variance_top_p_mode: str = field(
+        default="linear", metadata={"help": "'linear' (the paper's cumulative mass) or 'softmax' (RAGEN scripts)."}
+    )
+    reward_variance_metric: str = field(
+        default="variance", metadata={"help": "Group score: 'variance' (the paper) or 'std' (RAGEN's code)."}
+    )
+    reward_variance_include_zero: bool = field(
+        default=False, metadata={"help": "Keep zero-variance groups among the candidates."}
+    )
+    reward_variance_selection_eps: float = field(
+        default=0.01, metadata={"help": "Slack subtracted from the linear top-p threshold (RAGEN: 0.01)."}
+    )
+    reward_variance_largest: bool = field(
+        default=True, metadata={"help": "False keeps the lowest-variance groups (the paper's ablation)."}
+    )
+    reward_variance_loss_scaling: str = field(
+        default="none",
+        metadata={"help": "Scale the loss by the kept fraction: 'none' (RAGEN runs), 'linear' or 'sqrt'."},
+    )
+    reward_variance_empty_patience: int = field(
+        default=5, metadata={"help": "Stop after this many consecutive empty filter steps (0: never)."}
+    )
+
+    def validate_reward_variance_fields(self) -> None:
+        strategy = self.reward_variance_filtering
+        if strategy is not None and strategy not in STRATEGIES:
+            raise ValueError(
+                f"reward_variance_filtering must be one of {STRATEGIES} or None, got {strategy!r}; "
+                "use None to disable filtering"
+            )
+        if not (0.0 < self.reward_variance_top_p <= 1.0):
+            raise ValueError(
+                f"reward_variance_top_p must be in (0, 1], got {self.reward_variance_top_p}; the paper uses 0.9, "
+                "and reward_variance_filtering=None disables filtering"
+            )
+        if strategy == "top_k":
+            top_k = self.reward_variance_top_k
+            if top_k is None or top_k <= 0:
+                raise ValueError(
+                    f"reward_variance_top_k must be > 0 when reward_variance_filtering='top_k', got {top_k}; "
+                    "pass a fraction of the groups (e.g. 0.5) or a count (e.g. 4)"
+                )
+        if strategy == "min_p":
+            min_p = self.reward_variance_min_p
+            if min_p is None or not (0.0 <= min_p <= 1.0):
+                raise ValueError(
+                    f"reward_variance_min_p must be in [0, 1] when reward_variance_filtering='min_p', got {min_p}; "
+                    "the paper's ablation uses 0.05 or 0.2"
+                )
+        if self.reward_variance_top_p_mode not in TOP_P_MODES:
+            raise ValueError(
+                f"reward_variance_top_p_mode must be one of {TOP_P_MODES}, got {self.reward_variance_top_p_mode!r}"
+            )
+        if self.reward_variance_metric not in SCORE_METRICS:
+            raise ValueError(
+                f"reward_variance_metric must be one of {SCORE_METRICS}, got {self.reward_variance_metric!r}"
+            )
+        if self.reward_variance_selection_eps < 0:
+            raise ValueError(
+                f"reward_variance_selection_eps must be >= 0, got {self.reward_variance_selection_eps}; RAGEN uses 0.01"
+            )
+        if self.reward_variance_loss_scaling not in LOSS_SCALINGS:
+            raise ValueError(
+                f"reward_variance_loss_scaling must be one of {LOSS_SCALINGS}, got {self.reward_variance_loss_scaling!r}"
+            )
+        if self.reward_variance_empty_patience < 0:
+            raise ValueError(
+                f"reward_variance_empty_patience must be >= 0 (0 never stops), got {self.reward_variance_empty_patience}"
+            )
+
+
+@dataclass
+class SNRFilteredGRPOConfig(SNRFilterArguments, GRPOConfig):
+    r"""
+    Configuration class for [`SNRFilteredGRPOTrainer`]: every [`~trl.GRPOConfig`] field, plus the RAGEN-2
+    SNR-aware filtering fields documented in [`SNRFilterArguments`].
+
+    > [!NOTE]
+    > The paper trains with P = 8 prompts x G = 16 rollouts per iteration, actor lr 1e-6, clip 0.2 / 0.28, entropy
+    > coefficient 0.001 and no KL in the main tables; those are TRL fields (`num_generations`, `learning_rate`,
+    > `epsilon`, `epsilon_high`, `beta`), left at TRL's defaults here and set by the recipes.
+    """
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.validate_reward_variance_fields()
+        if self.reward_variance_filtering is not None and self.num_generations < 2:
+            raise ValueError(
+                f"reward_variance_filtering={self.reward_variance_filtering!r} needs prompt groups, but "
+                f"num_generations={self.num_generations}; set num_generations >= 2 (the paper uses 16) or "
+                "reward_variance_filtering=None"
+            )
