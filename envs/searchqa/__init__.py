@@ -1,0 +1,32 @@
+"""SearchQA: multi-hop question answering with a real BM25 search engine (procedural world or HotpotQA)."""
+
+from .answers import exact_match, normalize_answer, score_answer, token_f1
+from .env import SearchQAEnv, SearchQAToolEnv, parse_action
+from .hotpotqa import HotpotQuestion, load_hotpotqa
+from .questions import WorldQuestion, sample_question
+from .retrieval import BM25Retriever, HTTPRetriever, Passage, SearchHit, format_results
+from .server import RetrievalServer
+from .world import World, build_world
+
+
+__all__ = [
+    "BM25Retriever",
+    "HTTPRetriever",
+    "HotpotQuestion",
+    "Passage",
+    "RetrievalServer",
+    "SearchHit",
+    "SearchQAEnv",
+    "SearchQAToolEnv",
+    "World",
+    "WorldQuestion",
+    "build_world",
+    "exact_match",
+    "format_results",
+    "load_hotpotqa",
+    "normalize_answer",
+    "parse_action",
+    "sample_question",
+    "score_answer",
+    "token_f1",
+]

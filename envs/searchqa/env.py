@@ -1,0 +1,318 @@
+"""SearchQA: answer a multi-hop question by searching a document collection, then submit the answer.
+
+One episode: `reset(seed)` draws a question and shows it. Each turn the agent either searches,
+`search[query]`, and sees the best passages (`[Document i] (Title, Score)` then the text, 800 characters per
+document, 4,000 in all), or answers, `finish[answer]`, which ends the episode. The verb is case-insensitive
+and may be surrounded by other text; anything else is an invalid action (state unchanged, no step used).
+An episode ends after `max_steps` (10) valid actions without an answer, with reward 0.
+
+Reward (RAGEN's): 1 for an exact match after SQuAD normalisation, else the token F1 when it is at least 0.3,
+else 0; `info` carries `em`, `f1` and `success` (= exact match).
+
+Data. By default a procedural multi-hop world (`world.py`, fixed by `world_seed`): the seed of `reset` draws
+a bridge or comparison question over it. With `hotpotqa_path`, questions come from a HotpotQA file and the
+corpus is each question's own paragraphs (`corpus="question"`) or all loaded paragraphs (`corpus="global"`).
+Retrieval is BM25 in-process, or any server speaking RAGEN's API via `retriever_url` (see `server.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..base import StepResult, TextEnv, invalid_step
+from .answers import score_answer
+from .hotpotqa import HotpotQuestion, global_passages, load_hotpotqa, question_passages
+from .questions import QUESTION_KINDS, sample_question
+from .retrieval import MAX_DOC_CHARS, MAX_TOTAL_CHARS, BM25Retriever, HTTPRetriever, format_results
+from .world import build_world
+
+
+############################################################
+# Prompts
+############################################################
+
+INSTRUCTIONS = (
+    "You answer questions by searching a collection of encyclopedia passages. Actions: search[query] shows "
+    "the passages that best match the query; finish[answer] submits your final answer and ends the episode. "
+    "Answers are short: a name, a place, a year, a number, or yes/no. Many questions need several searches: "
+    "look up the entity the question names, then the entity its page leads you to."
+)
+
+TOOL_INSTRUCTIONS = (
+    "Answer the question above. Use the search tool to look up passages in an encyclopedia (search one name "
+    "or phrase at a time; many questions need two searches, the second for an entity found by the first), "
+    "then call the finish tool once with a short final answer: a name, a place, a year, a number, or yes/no."
+)
+
+
+############################################################
+# Game logic (pure functions)
+############################################################
+
+_VERB = re.compile(r"\b(search|finish)\s*\[", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    verb: str  # "search" or "finish"
+    argument: str
+
+
+def parse_action(text: object) -> ParsedAction | str:
+    """The first `search[...]` or `finish[...]` in `text`, or the reason it has none.
+
+    Brackets may nest inside the argument (`search[Foo [band]]`); surrounding quotes are dropped.
+    """
+    if not isinstance(text, str):
+        return f"the action must be text, got {type(text).__name__}"
+    match = _VERB.search(text)
+    if match is None:
+        return "no search[query] or finish[answer] action found"
+    depth, start = 1, match.end()
+    for position in range(start, len(text)):
+        char = text[position]
+        depth += char == "["
+        depth -= char == "]"
+        if depth == 0:
+            argument = text[start:position].strip().strip("\"'`").strip()
+            if not argument:
+                return f"{match.group(1).lower()}[] is empty"
+            return ParsedAction(match.group(1).lower(), argument)
+    return f"{match.group(1).lower()}[ has no closing ]"
+
+
+@dataclass(frozen=True)
+class Episode:
+    question: str
+    answer: str
+    supporting: tuple[str, ...]  # supporting passage ids (procedural) or titles (HotpotQA)
+    kind: str
+    retriever: Any  # anything with search(query, top_k) -> list[SearchHit]
+    hops: tuple[str, ...] = ()  # procedural questions: the entity names to look up, in order
+
+
+@lru_cache(maxsize=4)
+def _world_retriever(world_seed: int, world_scale: float) -> BM25Retriever:
+    return BM25Retriever(build_world(world_seed, world_scale).passages)
+
+
+@lru_cache(maxsize=4)
+def _hotpotqa_questions(path: str, mtime: float, limit: int | None) -> tuple[HotpotQuestion, ...]:
+    return tuple(load_hotpotqa(path, limit))
+
+
+@lru_cache(maxsize=4)
+def _hotpotqa_global_retriever(path: str, mtime: float, limit: int | None) -> BM25Retriever:
+    return BM25Retriever(global_passages(list(_hotpotqa_questions(path, mtime, limit))))
+
+
+@lru_cache(maxsize=1024)
+def _hotpotqa_question_retriever(question: HotpotQuestion) -> BM25Retriever:
+    return BM25Retriever(question_passages(question))
+
+
+############################################################
+# Environment
+############################################################
+
+
+class SearchQAEnv(TextEnv):
+    """Multi-hop question answering with a search engine (see the module docstring).
+
+    Args:
+        hotpotqa_path: A HotpotQA file (`.json` list or `.jsonl`, optionally `.gz`); `None` uses the
+            procedural world.
+        corpus: For HotpotQA, `"question"` (each question's paragraphs) or `"global"` (all paragraphs).
+        hotpotqa_limit: Read only the first this many HotpotQA records.
+        world_seed: Seed of the procedural world (the corpus); episode seeds draw questions over it.
+        world_scale: Size multiplier of the procedural world (1.0: about 2,400 passages).
+        question_kinds: Procedural question kinds to draw, a subset of `("bridge", "comparison")`.
+        top_k: Passages shown per search.
+        max_steps: Valid actions per episode.
+        retriever_url: Search through a server speaking RAGEN's API instead of the local index.
+        max_doc_chars: Characters shown per passage.
+        max_total_chars: Characters shown per search.
+    """
+
+    name = "searchqa"
+
+    def __init__(
+        self,
+        *,
+        hotpotqa_path: str | None = None,
+        corpus: str = "question",
+        hotpotqa_limit: int | None = None,
+        world_seed: int = 0,
+        world_scale: float = 1.0,
+        question_kinds: tuple[str, ...] | list[str] = QUESTION_KINDS,
+        top_k: int = 3,
+        max_steps: int = 10,
+        retriever_url: str | None = None,
+        max_doc_chars: int = MAX_DOC_CHARS,
+        max_total_chars: int = MAX_TOTAL_CHARS,
+    ):
+        super().__init__()
+        if corpus not in ("question", "global"):
+            raise ValueError(f"corpus must be 'question' or 'global', got {corpus!r}")
+        for field_name, value in (("top_k", top_k), ("max_steps", max_steps), ("max_doc_chars", max_doc_chars)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{field_name} must be a positive integer, got {value!r}")
+        if max_total_chars < max_doc_chars:
+            raise ValueError(f"max_total_chars ({max_total_chars}) must be >= max_doc_chars ({max_doc_chars})")
+        self.question_kinds = tuple(question_kinds)
+        if not self.question_kinds or set(self.question_kinds) - set(QUESTION_KINDS):
+            raise ValueError(f"question_kinds must be a non-empty subset of {QUESTION_KINDS}, got {question_kinds!r}")
+        self.corpus, self.top_k, self.max_steps = corpus, top_k, max_steps
+        self.max_doc_chars, self.max_total_chars = max_doc_chars, max_total_chars
+        self.world_seed, self.world_scale = world_seed, float(world_scale)
+        self.remote = HTTPRetriever(retriever_url) if retriever_url else None
+        self._hotpotqa_key = None
+        if hotpotqa_path is not None:
+            path = Path(hotpotqa_path).expanduser().resolve()
+            if not path.is_file():
+                raise FileNotFoundError(f"hotpotqa_path={hotpotqa_path!r} does not exist")
+            self._hotpotqa_key = (str(path), path.stat().st_mtime, hotpotqa_limit)
+            _hotpotqa_questions(*self._hotpotqa_key)  # load (and validate) now, not at the first reset
+        elif self.remote is None:
+            _world_retriever(self.world_seed, self.world_scale)
+        self.episode: Episode | None = None
+        self._seed: int | None = None
+        self.steps = 0
+        self.done = False
+        self.last_results = ""
+
+    @property
+    def instructions(self) -> str:
+        return INSTRUCTIONS
+
+    def _draw_episode(self) -> Episode:
+        if self._hotpotqa_key is not None:
+            questions = _hotpotqa_questions(*self._hotpotqa_key)
+            # a file-backed env maps the seed onto the file, so consecutive seeds visit distinct questions
+            index = self._seed % len(questions) if self._seed is not None else int(self.rng.integers(len(questions)))
+            q = questions[index]
+            if self.remote is not None:
+                retriever = self.remote
+            elif self.corpus == "global":
+                retriever = _hotpotqa_global_retriever(*self._hotpotqa_key)
+            else:
+                retriever = _hotpotqa_question_retriever(q)
+            return Episode(q.question, q.answer, q.supporting_titles, q.qtype or "hotpotqa", retriever)
+        world = build_world(self.world_seed, self.world_scale)
+        q = sample_question(world, self.rng, self.question_kinds)
+        retriever = self.remote or _world_retriever(self.world_seed, self.world_scale)
+        return Episode(q.question, q.answer, q.supporting, q.kind, retriever, q.hops)
+
+    def reset(self, seed: int | None = None) -> str:
+        self.seed_rng(seed)
+        self._seed = None if seed is None else int(seed)
+        self.episode = self._draw_episode()
+        self.steps, self.done, self.last_results = 0, False, ""
+        return self.render()
+
+    def render(self) -> str:
+        if self.episode is None:
+            return "Call reset() to start an episode."
+        text = f"Question: {self.episode.question}"
+        return f"{text}\n\n{self.last_results}" if self.last_results else text
+
+    def step(self, action: str) -> StepResult:
+        if self.episode is None or self.done:
+            return invalid_step(self.render(), "the episode is over; call reset()")
+        parsed = parse_action(action)
+        if isinstance(parsed, str):
+            return invalid_step(self.render(), parsed)
+        self.steps += 1
+        info: dict[str, Any] = {"action_is_valid": True, "success": False, "action": parsed.verb, "steps": self.steps}
+        if parsed.verb == "finish":
+            score = score_answer(parsed.argument, self.episode.answer)
+            self.done = True
+            self.last_results = f"Answer submitted: {parsed.argument}"
+            info.update(em=score.em, f1=score.f1, success=score.em == 1.0, answer=parsed.argument)
+            return self.render(), score.reward, True, info
+        hits = self.episode.retriever.search(parsed.argument, self.top_k)
+        results = format_results(hits, self.max_doc_chars, self.max_total_chars)
+        self.last_results = f'Search results for "{parsed.argument}":\n{results}'
+        info["num_results"] = len(hits)
+        if self.steps >= self.max_steps:
+            self.done = True
+            info.update(em=0.0, f1=0.0, truncated=True)
+        return self.render(), 0.0, self.done, info
+
+    def search_results(self, query: str) -> list:
+        """The hits a `search[query]` action would show now (for inspection; uses no step)."""
+        if self.episode is None:
+            raise RuntimeError("call reset() before search_results()")
+        return self.episode.retriever.search(query, self.top_k)
+
+
+############################################################
+# TRL adapter (environment_factory)
+############################################################
+
+
+class SearchQAToolEnv:
+    """SearchQA for `trl.GRPOTrainer(environment_factory=SearchQAToolEnv)`: tools `search` and `finish`.
+
+    Dataset rows carry `seed` (the question) and optionally `env_config`, JSON text or a dict of
+    [`SearchQAEnv`] keywords; `reset` returns the question and the tool instructions, which TRL appends to the
+    prompt. The reward (`get_reward`) is the answer's reward (EM 1, else F1 >= 0.3, else 0), 0 without an answer.
+    """
+
+    def __init__(self) -> None:
+        self._env: SearchQAEnv | None = None
+        self._config: dict[str, Any] | None = None
+        self._reward = 0.0
+
+    def reset(self, **row: Any) -> str:
+        from ..datasets import parse_env_config
+
+        config = parse_env_config(row.get("env_config"))
+        if self._env is None or config != self._config:
+            self._env, self._config = SearchQAEnv(**config), config
+        self._reward = 0.0
+        seed = row.get("seed")
+        observation = self._env.reset(seed=None if seed is None else int(seed))
+        return f"\n\n{observation}\n{TOOL_INSTRUCTIONS}"
+
+    def _act(self, action: str) -> str:
+        if self._env is None:
+            return "Error: the environment has not been reset."
+        if self._env.done:
+            return "The episode is over: an answer was already submitted or the search budget is spent."
+        _, reward, _, info = self._env.step(action)
+        if not info["action_is_valid"]:
+            return f"Invalid call: {info['invalid_reason']}."
+        self._reward += reward
+        if info["action"] == "finish":
+            return f"Answer recorded: {info['answer']}."
+        return self._env.last_results
+
+    def search(self, query: str) -> str:
+        """Search the encyclopedia for passages matching a query.
+
+        Args:
+            query: What to look up, such as the name of a person, place, company or invention.
+
+        Returns:
+            The best matching passages, each headed by its title and relevance score.
+        """
+        return self._act(f"search[{query}]")
+
+    def finish(self, answer: str) -> str:
+        """Submit the final answer to the question; this ends the episode.
+
+        Args:
+            answer: The short answer: a name, a place, a year, a number, or yes/no.
+
+        Returns:
+            A confirmation that the answer was recorded.
+        """
+        return self._act(f"finish[{answer}]")
+
+    def get_reward(self) -> float:
+        return self._reward
