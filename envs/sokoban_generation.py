@@ -154,7 +154,7 @@ class RoomLayout:
         self.coord_labels = tuple(f"({cell // width}, {cell % width})" for cell in range(height * width))
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)  # the rollouts of a group share a room
 def _cached_layout(height: int, width: int, walls: frozenset[Cell], targets: frozenset[Cell]) -> RoomLayout:
     return RoomLayout(
         height, width, frozenset(r * width + c for r, c in walls), frozenset(r * width + c for r, c in targets)
