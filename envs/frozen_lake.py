@@ -43,7 +43,8 @@ from .base import StepResult, TextEnv, invalid_step
 RULES = (
     "You are walking on a frozen lake. Reach the goal without falling into a hole.\n"
     "Each action moves you one cell{slip}. Moving off the edge leaves you where you are.\n"
-    "Actions: Left, Down, Right, Up.\n"
+    "Actions: Left, Down, Right, Up. Give them in your answer, separated by || when there are several, "
+    "e.g. <answer>Left || Down</answer>.\n"
     "Symbols: P you, _ frozen ice, O hole, G goal, X you in a hole, √ you on the goal.\n"
     "Rewards: +1 for reaching the goal, 0 otherwise."
 )
