@@ -1,0 +1,117 @@
+"""TransformersCrossScorer against naive per-pair concatenation on the tiny model."""
+
+import pytest
+import torch
+
+from trl_ragen2.scoring import TransformersCrossScorer, naive_cross_scores, resolve_causal_lm, unpad
+
+
+def random_ids(lengths, vocab, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def padded(seqs, side, pad=0):
+    """A padded `(B, L)` tensor and its mask, as TRL builds them (prompts left-padded, completions right-padded)."""
+    width = max(len(s) for s in seqs)
+    ids, mask = torch.full((len(seqs), width), pad), torch.zeros(len(seqs), width, dtype=torch.long)
+    for r, s in enumerate(seqs):
+        sl = slice(width - len(s), width) if side == "left" else slice(0, len(s))
+        ids[r, sl], mask[r, sl] = torch.tensor(s), 1
+    return ids, mask
+
+
+@pytest.fixture
+def batch(tiny_tokenizer):
+    vocab = len(tiny_tokenizer)
+    prompts = random_ids([5, 23, 1, 12], vocab, seed=1)
+    chains = random_ids([1, 2, 9, 31, 6, 17, 4], vocab, seed=2)
+    # round-trip through TRL-style padding on both sides
+    contexts = unpad(*padded(prompts, "left"))
+    chains = unpad(*padded(chains, "right"))
+    return contexts, chains
+
+
+def test_matches_naive_concatenation(tiny_model, batch):
+    contexts, chains = batch
+    # a small budget forces several chunks per context, and a small head chunk several LM-head passes
+    scorer = TransformersCrossScorer(tiny_model, max_tokens_per_chunk=80, lm_head_chunk_rows=5)
+    fast = scorer.score(contexts, chains)
+    naive = naive_cross_scores(tiny_model, contexts, chains)
+    assert fast.shape == (7, 4) and fast.dtype == torch.float64
+    torch.testing.assert_close(fast, naive, atol=1e-4, rtol=0)
+    batched = naive_cross_scores(tiny_model, contexts, chains, batch_size=3, chain_logits_only=True)
+    torch.testing.assert_close(batched, naive, atol=1e-4, rtol=0)
+    assert scorer._calls["head"] > len(contexts)  # chunked LM head was exercised
+
+
+def test_mask_scores_only_requested_pairs(tiny_model, batch):
+    contexts, chains = batch
+    mask = torch.zeros(len(chains), len(contexts), dtype=torch.bool)
+    mask[0, 1] = mask[3, 0] = mask[6, 3] = True
+    scores = TransformersCrossScorer(tiny_model).score(contexts, chains, mask)
+    full = naive_cross_scores(tiny_model, contexts, chains)
+    assert torch.isnan(scores[~mask]).all()
+    torch.testing.assert_close(scores[mask], full[mask], atol=1e-4, rtol=0)
+
+
+def test_peft_lora_model(tiny_model, batch):
+    from peft import LoraConfig, get_peft_model
+
+    contexts, chains = batch
+    base = naive_cross_scores(tiny_model, contexts, chains)
+    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(tiny_model, config)  # random B: the adapter changes the scores
+    fast = TransformersCrossScorer(peft_model, max_tokens_per_chunk=64).score(contexts, chains)
+    naive = naive_cross_scores(peft_model, contexts, chains)
+    torch.testing.assert_close(fast, naive, atol=1e-4, rtol=0)
+    assert (fast - base).abs().max() > 1e-2
+
+
+def test_unwraps_data_parallel_and_rejects_heads_without_backbone(tiny_model):
+    lm, backbone, head = resolve_causal_lm(torch.nn.DataParallel(tiny_model))
+    assert lm is tiny_model and backbone is tiny_model.model and head is tiny_model.lm_head
+    with pytest.raises(ValueError, match="causal LM"):
+        resolve_causal_lm(tiny_model.model)
+
+
+def test_restores_train_mode_and_gradient_checkpointing(tiny_model, batch):
+    contexts, chains = batch
+    enable = getattr(tiny_model, "activation_checkpointing_enable", None) or tiny_model.gradient_checkpointing_enable
+    enable()
+    tiny_model.train()
+    checkpointed = [m for m in tiny_model.modules() if getattr(m, "gradient_checkpointing", False)]
+    assert checkpointed
+    seen = []
+
+    def record(module, args):
+        seen.append(
+            (tiny_model.training, torch.is_grad_enabled(), any(m.gradient_checkpointing for m in checkpointed))
+        )
+
+    handle = tiny_model.model.layers[0].register_forward_pre_hook(record)
+    TransformersCrossScorer(tiny_model).score(contexts[:2], chains[:3])
+    handle.remove()
+    assert seen and all(s == (False, False, False) for s in seen)  # eval, no grad, checkpointing off while scoring
+    assert tiny_model.training
+    assert all(m.gradient_checkpointing for m in checkpointed)
+
+
+def test_invalid_pairs(tiny_model):
+    scorer = TransformersCrossScorer(tiny_model)
+    with pytest.raises(ValueError, match="every chain"):
+        scorer.score([[1, 2]], [[3], []])
+    with pytest.raises(ValueError, match="every context"):
+        scorer.score([[]], [[3]])
+    with pytest.raises(ValueError, match="mask must have shape"):
+        scorer.score([[1]], [[3]], torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="max_tokens_per_chunk"):
+        TransformersCrossScorer(tiny_model, max_tokens_per_chunk=0)
+
+
+def test_forward_calls_are_padded_to_the_largest_process(tiny_model, batch):
+    contexts, chains = batch
+    scorer = TransformersCrossScorer(tiny_model)
+    scorer.score(contexts[:1], chains[2:3], forward_calls_sync=lambda n: n + 3)
+    # 1 prefix forward + 1 chain chunk, padded with 3 dummy forwards (and likewise for the LM head)
+    assert scorer._calls == {"backbone": 2 + 3, "head": 2 + 3}

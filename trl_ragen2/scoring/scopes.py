@@ -1,0 +1,243 @@
+"""One scope of the MI diagnostics across processes: sample pairs, score the local chains, gather the matrix.
+
+Each process holds its own rows of the batch. The flow is a fixed sequence of collectives, run by every process
+whatever its local data, so a process with no valid pair (or a local error) never leaves the others waiting:
+
+1. `gather_rows`: every process's [`RowInfo`] (prompt ids, turn count), hence the global row order.
+2. `score_scope`, per scope:
+   a. all processes draw the same pairs from a seeded generator; each builds the chains (and, for the trajectory
+      scope, the contexts) of the pairs on its own rows;
+   b. gather the contexts, so every process knows every column;
+   c. each process scores its chains against the columns (the scorer may itself be a collective: vLLM server mode,
+      sharded parameters); skipped by all processes alike when there is nothing to score;
+   d. gather the per-chain score rows, so every process assembles the same matrix and logs the same numbers.
+
+Local failures are carried through the gathers as messages and turn the scope into NaN on every process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .collective import ProcessGroup
+from .pairs import (
+    Draw,
+    PairBuilder,
+    RowInfo,
+    expand_columns,
+    negatives_matrix,
+    sample_first_turn,
+    sample_trajectory,
+    scope_generator,
+    select_negatives,
+    unique_contexts,
+)
+from .reasoning import turn_spans
+
+
+@dataclass
+class LocalRollouts:
+    """This process's rows: unpadded prompt and completion ids, and turn spans into the completions."""
+
+    prompts: list[list[int]]
+    completions: list[list[int]]
+    spans: list[list[tuple[int, int]]]
+
+    @classmethod
+    def from_batch(cls, batch: dict, rows: Sequence[dict] | None, pad_token_id: int | None) -> LocalRollouts:
+        """From a TRL GRPO batch (`prompt_ids` left-padded, `completion_ids` right-padded, optional `tool_mask`)."""
+        missing = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask"} - set(batch)
+        if missing:
+            raise ValueError(
+                f"the batch lacks {sorted(missing)}; pass the dict _generate_and_score_completions returns"
+            )
+        prompt_ids, prompt_mask = batch["prompt_ids"].cpu(), batch["prompt_mask"].cpu()
+        completion_ids, completion_mask = batch["completion_ids"].cpu(), batch["completion_mask"].cpu()
+        tool_mask = batch.get("tool_mask")
+        tool_mask = tool_mask.cpu() if tool_mask is not None else None
+        if rows is not None and len(rows) != prompt_ids.shape[0]:
+            raise ValueError(
+                f"rows has {len(rows)} entries but the batch {prompt_ids.shape[0]} rows; rows[i] must match row i"
+            )
+        spans = turn_spans(rows, completion_ids, completion_mask, tool_mask, pad_token_id)
+        prompts = [row[mask.bool()].tolist() for row, mask in zip(prompt_ids, prompt_mask, strict=True)]
+        ends = [row_spans[-1][1] if row_spans else 0 for row_spans in spans]
+        completions = [row[:end].tolist() for row, end in zip(completion_ids, ends, strict=True)]
+        return cls(prompts, completions, spans)
+
+    def infos(self) -> list[RowInfo]:
+        return [RowInfo(tuple(p), len(s)) for p, s in zip(self.prompts, self.spans, strict=True)]
+
+
+@dataclass
+class ScopeResult:
+    """The gathered scoring matrix of one scope (identical on every process), or the reason there is none."""
+
+    logp: torch.Tensor | None = None  # (N, C)
+    lengths: torch.Tensor | None = None  # (N,)
+    target: torch.Tensor | None = None  # (N,)
+    same: torch.Tensor | None = None  # (N, C) bool
+    num_dropped_empty: int = 0
+    num_unscored: int = 0
+    time_s: float = 0.0
+    error: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def gather_rows(local: LocalRollouts | None, error: str | None, group: ProcessGroup):
+    """Collective 1: `(infos of all rows in process order, offset of this process's first row, errors)`."""
+    gathered = group.all_gather((local.infos() if local is not None else [], error))
+    errors = [f"process {rank}: {err}" for rank, (_, err) in enumerate(gathered) if err]
+    offset = sum(len(infos) for infos, _ in gathered[: group.rank])
+    return [info for infos, _ in gathered for info in infos], offset, errors
+
+
+def _local_pairs(scope, draws: list[Draw], local: LocalRollouts | None, offset: int, builder: PairBuilder):
+    """Chains (and trajectory contexts) of the draws on this process's rows: `[(draw, context | None, chain)]`."""
+    out = []
+    for draw in draws:
+        row = draw.row - offset
+        if local is None or not 0 <= row < len(local.prompts):
+            continue
+        start, end = local.spans[row][draw.turn]
+        chain = builder.reasoning(local.completions[row][start:end])
+        context = (
+            builder.context(local.prompts[row] + local.completions[row][:start]) if scope == "trajectory" else None
+        )
+        out.append((draw, context, chain))
+    return out
+
+
+def score_scope(
+    scope: str,
+    *,
+    local: LocalRollouts | None,
+    infos: list[RowInfo],
+    offset: int,
+    group: ProcessGroup,
+    builder: PairBuilder,
+    scorer,
+    num_samples: int,
+    seed: int,
+    step: int,
+    num_negatives: int | None = None,
+    negative_sampling: str = "random",
+    sync_forwards: bool = False,
+) -> ScopeResult:
+    """Collectives 2-4 for one scope (see the module docstring); every process must call it."""
+    began = time.perf_counter()
+    generator = scope_generator(seed, step, scope)
+    error, pairs, prompts = None, [], []
+    if scope == "first_turn":
+        draws, prompts, without_turns = sample_first_turn(infos, num_samples, generator)
+    else:
+        draws, without_turns = sample_trajectory(infos, num_samples, generator)
+    try:
+        pairs = _local_pairs(scope, draws, local, offset, builder)
+    except Exception as exc:  # carried to every process below, never raised mid-collective
+        error = f"building pairs failed: {exc!r}"
+
+    # -- collective 2: which draws survived, and the trajectory contexts
+    shared = [(draw.index, context, bool(chain)) for draw, context, chain in pairs]
+    gathered = group.all_gather((shared, error))
+    errors = [f"process {rank}: {err}" for rank, (_, err) in enumerate(gathered) if err]
+    kept = sorted((item for items, _ in gathered for item in items if item[2]), key=lambda item: item[0])
+    num_dropped = without_turns + sum(1 for items, _ in gathered for item in items if not item[2])
+    if scope == "first_turn":
+        columns = [builder.context(prompt) for prompt in prompts]  # the distinct prompts of the whole batch
+        column_of_draw = {draw.index: draw.column for draw in draws}
+    else:
+        columns = [context for _, context, _ in kept]  # every kept draw is its own column
+        column_of_draw = {index: position for position, (index, _, _) in enumerate(kept)}
+    contexts, column_context = unique_contexts(columns)
+    result = ScopeResult(num_dropped_empty=num_dropped)
+
+    # -- collective 3 (inside the scorer for server/sharded engines): score this process's chains
+    mine = [(draw, chain) for draw, _, chain in pairs if chain]
+    rows: list = []
+    if not errors and kept:
+        try:
+            rows = _score_local(
+                mine,
+                contexts,
+                column_context,
+                column_of_draw,
+                scorer,
+                group,
+                num_negatives,
+                negative_sampling,
+                seed,
+                step,
+                sync_forwards,
+            )
+        except Exception as exc:
+            error = f"scoring failed: {exc!r}"
+
+    # -- collective 4: every chain's score row, so every process builds the same matrix
+    gathered = group.all_gather((rows, error, time.perf_counter() - began))
+    errors += [f"process {rank}: {err}" for rank, (_, err, _) in enumerate(gathered) if err]
+    result.time_s = max(elapsed for _, _, elapsed in gathered)
+    if errors:
+        result.errors, result.error = errors, "; ".join(errors)
+        return result
+    if not kept:
+        result.error = "no pair with non-empty reasoning was sampled"
+        return result
+    entries = sorted((entry for entries, _, _ in gathered for entry in entries), key=lambda entry: entry[0])
+    complete = [entry for entry in entries if not any(v != v for v in entry[3])]  # drop rows with NaN scores
+    result.num_unscored = len(entries) - len(complete)
+    if not complete:
+        result.error = "the engine returned no usable score"
+        return result
+    scores = torch.tensor([entry[3] for entry in complete], dtype=torch.float64)
+    result.lengths = torch.tensor([entry[1] for entry in complete], dtype=torch.float64)
+    own = [entry[2] for entry in complete]
+    if num_negatives is None:
+        result.logp, result.target, result.same = expand_columns(scores, own, column_context)
+    else:
+        result.logp, result.target = scores, torch.zeros(len(complete), dtype=torch.long)
+    return result
+
+
+def _score_local(
+    mine,
+    contexts,
+    column_context,
+    column_of_draw,
+    scorer,
+    group,
+    num_negatives,
+    negative_sampling,
+    seed,
+    step,
+    sync_forwards,
+):
+    """Score this process's chains; returns `[(draw index, length, own column, score row)]`.
+
+    Full mode: the score row is over the distinct contexts (expanded to columns after the gather). Negatives mode:
+    the row is [own, negative_1, ..., negative_K] over distinct contexts.
+    """
+    unique_chains, chain_index = unique_contexts([chain for _, chain in mine])
+    own_context = [column_context[column_of_draw[draw.index]] for draw, _ in mine]
+    mask = None
+    negatives = None
+    if num_negatives is not None:
+        keys = [draw.index for draw, _ in mine]
+        negatives = select_negatives(
+            own_context, contexts, num_negatives, negative_sampling, seed=seed * 7919 + step, keys=keys
+        )
+        mask = torch.zeros(len(unique_chains), len(contexts), dtype=torch.bool)
+        for n, (own, negs) in enumerate(zip(own_context, negatives, strict=True)):
+            mask[chain_index[n], [own, *negs]] = True
+    sync = group.max if sync_forwards else None
+    scores = scorer.score(contexts, unique_chains, mask, forward_calls_sync=sync)[chain_index]  # (n_local, U)
+    if negatives is not None:
+        scores, _ = negatives_matrix(scores, own_context, negatives)
+        own_column = [0] * len(mine)
+    else:
+        own_column = [column_of_draw[draw.index] for draw, _ in mine]
+    return [(draw.index, len(chain), own_column[n], scores[n].tolist()) for n, (draw, chain) in enumerate(mine)]

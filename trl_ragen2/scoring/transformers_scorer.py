@@ -1,0 +1,306 @@
+"""Exact teacher-forced cross-scoring, log p(z_n | x_m) summed over z_n's tokens, with a transformers causal LM.
+
+Naive cross-scoring runs every concatenation [x_m | z_n] through the model: M*N*(|x|+|z|) tokens, and an LM head
+over every position. [`TransformersCrossScorer`] instead
+
+1. runs each context x_m once (`use_cache=True`) and keeps its KV cache; the last position's logits give
+   log p(z_1 | x_m) for every chain at once;
+2. sorts the chains by length and cuts them into chunks whose rows x (|x_m| + longest chain) stay under
+   `max_tokens_per_chunk`;
+3. per chunk, expands the cache to the chunk's rows (a broadcast view; the forward's concatenation copies it) and
+   feeds the right-padded chains with position ids continuing after the context and an attention mask covering
+   context + chain padding;
+4. projects only the real chain positions through the LM head, `lm_head_chunk_rows` rows at a time, and takes
+   log-softmax via a fused cross-entropy, so a `[rows, vocab]` logits tensor is never built for the whole batch.
+
+Scoring runs under `torch.no_grad` with the model in eval mode and gradient checkpointing off; both are restored
+afterwards. PEFT (LoRA-style) models, DDP/accelerate-wrapped models and DeepSpeed ZeRO-3 / FSDP2 sharded models are
+supported (the latter with `forward_calls_sync`, so every process runs the same number of forwards).
+[`naive_cross_scores`] is the plain concatenation reference.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+
+def _validate_pairs(contexts, chains, mask) -> torch.Tensor:
+    if any(len(context) == 0 for context in contexts):
+        raise ValueError("every context must hold at least one token (a chain is scored after its context)")
+    if any(len(chain) == 0 for chain in chains):
+        raise ValueError("every chain must hold at least one token; drop empty reasoning before scoring")
+    shape = (len(chains), len(contexts))
+    if mask is None:
+        return torch.ones(shape, dtype=torch.bool)
+    mask = torch.as_tensor(mask, dtype=torch.bool)
+    if mask.shape != shape:
+        raise ValueError(f"mask must have shape (num_chains, num_contexts) = {shape}, got {tuple(mask.shape)}")
+    return mask
+
+
+def resolve_causal_lm(model, accelerator=None):
+    """`(causal_lm, backbone, lm_head)` of a possibly wrapped model (accelerate/DDP/DeepSpeed, PEFT)."""
+    if accelerator is not None:
+        model = accelerator.unwrap_model(model)
+    while isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+        model = model.module
+    if hasattr(model, "peft_config") and hasattr(model, "get_base_model"):
+        active = getattr(model, "active_peft_config", None)
+        if active is not None and getattr(active, "is_prompt_learning", False):
+            raise ValueError(
+                "prompt-learning PEFT adapters (prompt/prefix/p-tuning) add virtual tokens in forward and cannot be "
+                "cross-scored by TransformersCrossScorer; use a LoRA-style adapter or engine='vllm'"
+            )
+        model = model.get_base_model()  # adapter layers are injected into the base model's modules
+    backbone = getattr(model, "base_model", model)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if backbone is model or head is None:
+        raise ValueError(
+            f"{type(model).__name__} is not a causal LM with a separate backbone and LM head "
+            "(expected e.g. a *ForCausalLM model); pass the causal LM the trainer optimizes"
+        )
+    return model, backbone, head
+
+
+@contextmanager
+def scoring_mode(model: torch.nn.Module):
+    """Eval mode, gradient checkpointing off and `torch.no_grad`; the previous state is restored on exit."""
+    was_training = model.training
+    checkpointed = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
+    for module in checkpointed:
+        module.gradient_checkpointing = False
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for module in checkpointed:
+            module.gradient_checkpointing = True
+        model.train(was_training)
+
+
+def _expand_cache(cache, rows: int):
+    """A cache holding `rows` copies of a 1-row prefix cache, without copying the prefix where possible."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    layers = getattr(cache, "layers", None)
+    if layers is not None and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers):
+        expanded = copy.copy(cache)
+        expanded.layers = []
+        for layer in layers:
+            layer = copy.copy(layer)  # `update` concatenates into new tensors, so the shared views stay intact
+            if layer.is_initialized:
+                layer.keys = layer.keys.expand(rows, *layer.keys.shape[1:])
+                layer.values = layer.values.expand(rows, *layer.values.shape[1:])
+            expanded.layers.append(layer)
+        return expanded
+    expanded = copy.deepcopy(cache)  # other cache types: copy, then repeat along the batch
+    expanded.batch_repeat_interleave(rows)
+    return expanded
+
+
+class TransformersCrossScorer:
+    """Teacher-forced log p(chain | context) for every (chain, context) pair, reusing each context's KV cache.
+
+    Args:
+        model: a causal LM (`*ForCausalLM`), possibly PEFT- or accelerate/DDP-wrapped.
+        max_tokens_per_chunk (`int`, defaults to `16384`):
+            Token budget of one chain forward: rows x (context length + longest chain in the chunk). Bounds the
+            replicated KV cache and the activations; a chain longer than the budget still runs alone.
+        lm_head_chunk_rows (`int`, defaults to `512`):
+            Positions projected through the LM head at once; logits memory is rows x vocab x 4 bytes.
+        accelerator (*optional*): used to unwrap the model.
+
+    ```python
+    scorer = TransformersCrossScorer(model)
+    logp = scorer.score(contexts, chains)  # (len(chains), len(contexts)), float64, summed over chain tokens
+    ```
+    """
+
+    def __init__(self, model, *, max_tokens_per_chunk: int = 16384, lm_head_chunk_rows: int = 512, accelerator=None):
+        if max_tokens_per_chunk < 1:
+            raise ValueError(f"max_tokens_per_chunk must be >= 1, got {max_tokens_per_chunk}")
+        if lm_head_chunk_rows < 1:
+            raise ValueError(f"lm_head_chunk_rows must be >= 1, got {lm_head_chunk_rows}")
+        self.model = model
+        self.max_tokens_per_chunk = max_tokens_per_chunk
+        self.lm_head_chunk_rows = lm_head_chunk_rows
+        self.accelerator = accelerator
+
+    def score(
+        self,
+        contexts: Sequence[Sequence[int]],
+        chains: Sequence[Sequence[int]],
+        mask=None,
+        *,
+        forward_calls_sync: Callable[[int], int] | None = None,
+    ) -> torch.Tensor:
+        """Score chains under contexts.
+
+        Args:
+            contexts: M unpadded token lists (a left-padded prompt must be unpadded first, see `unpad`).
+            chains: N unpadded token lists.
+            mask (`(N, M)` bool, *optional*): which pairs to score; all by default.
+            forward_calls_sync (*optional*): `max over processes` of an int. With sharded parameters (ZeRO-3, FSDP2)
+                every forward is a collective, so each process pads its forwards to the largest count with dummies.
+
+        Returns:
+            `(N, M)` float64 CPU tensor of summed log-probabilities; NaN where `mask` is False.
+        """
+        mask = _validate_pairs(contexts, chains, mask)
+        lm, backbone, head = resolve_causal_lm(self.model, self.accelerator)
+        self._cache_kwarg = "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"
+        self._softcap = getattr(lm.config, "final_logit_softcapping", None)
+        self._calls = {"backbone": 0, "head": 0}
+        scores = torch.full(mask.shape, float("nan"), dtype=torch.float64)
+        with scoring_mode(lm):
+            device = next(backbone.parameters()).device
+            for column, context in enumerate(contexts):
+                rows = mask[:, column].nonzero().flatten().tolist()
+                if rows:
+                    scores[rows, column] = self._score_context(
+                        backbone, head, list(context), [chains[r] for r in rows], device
+                    )
+            if forward_calls_sync is not None:
+                self._pad_forward_calls(backbone, head, device, forward_calls_sync)
+        return scores
+
+    # ------------------------------------------------------------------ internals
+
+    def _backbone(self, backbone, **kwargs):
+        self._calls["backbone"] += 1
+        if "cache" in kwargs:
+            kwargs[self._cache_kwarg] = kwargs.pop("cache")
+        out = backbone(use_cache=True, **kwargs)
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        return out.last_hidden_state, cache
+
+    def _token_logprobs(self, head, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log p(targets) from hidden states `(T, H)`, projecting `lm_head_chunk_rows` rows at a time -> `(T,)`."""
+        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        for start in range(0, hidden.shape[0], self.lm_head_chunk_rows):
+            stop = start + self.lm_head_chunk_rows
+            self._calls["head"] += 1
+            logits = head(hidden[start:stop]).float()  # (rows, V)
+            if self._softcap:
+                logits = torch.tanh(logits / self._softcap) * self._softcap
+            out[start:stop] = -F.cross_entropy(logits, targets[start:stop], reduction="none")
+        return out
+
+    def _chunks(self, context_len: int, lengths: list[int]) -> list[list[int]]:
+        """Indices into `lengths`, longest first, grouped under the token budget."""
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        chunks, current = [], []
+        for i in order:
+            width = context_len + lengths[current[0]] if current else 0
+            if current and (len(current) + 1) * width > self.max_tokens_per_chunk:
+                chunks.append(current)
+                current = []
+            current.append(i)
+        if current:
+            chunks.append(current)
+        return chunks
+
+    def _score_context(self, backbone, head, context: list[int], chains, device) -> torch.Tensor:
+        context_len = len(context)
+        hidden, cache = self._backbone(backbone, input_ids=torch.tensor([context], device=device))
+        self._calls["head"] += 1
+        last_logits = head(hidden[:, -1]).float()  # (1, V): predicts every chain's first token
+        if self._softcap:
+            last_logits = torch.tanh(last_logits / self._softcap) * self._softcap
+        last_logps = last_logits.log_softmax(-1)[0]
+        sums = last_logps[torch.tensor([chain[0] for chain in chains], device=device)].double().cpu()  # (n,)
+        for chunk in self._chunks(context_len, [len(chain) for chain in chains]):
+            fed = [chains[i][:-1] for i in chunk]  # the last token is predicted, never fed
+            width = max(len(ids) for ids in fed)
+            if width == 0:
+                continue  # one-token chains: the context's last position already scored them
+            rows = len(chunk)
+            input_ids = torch.zeros(rows, width, dtype=torch.long)
+            targets = torch.zeros(rows, width, dtype=torch.long)
+            valid = torch.zeros(rows, width, dtype=torch.bool)
+            for r, i in enumerate(chunk):
+                n = len(fed[r])
+                input_ids[r, :n] = torch.tensor(fed[r])
+                targets[r, :n] = torch.tensor(chains[i][1:])
+                valid[r, :n] = True
+            attention_mask = torch.cat([torch.ones(rows, context_len, dtype=torch.long), valid.long()], dim=1)
+            position_ids = (context_len + torch.arange(width)).expand(rows, width)
+            chunk_hidden, _ = self._backbone(
+                backbone,
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                position_ids=position_ids.to(device),
+                cache=_expand_cache(cache, rows),
+            )  # (rows, width, H)
+            valid = valid.to(device)
+            token_logps = self._token_logprobs(head, chunk_hidden[valid], targets.to(device)[valid])  # (T,)
+            row_of_token = torch.arange(rows, device=device)[:, None].expand(rows, width)[valid]
+            per_row = torch.zeros(rows, dtype=torch.float64, device=device)
+            per_row.index_add_(0, row_of_token, token_logps.double())
+            sums[chunk] += per_row.cpu()
+        return sums
+
+    def _pad_forward_calls(self, backbone, head, device, sync: Callable[[int], int]) -> None:
+        for kind in ("backbone", "head"):
+            missing = sync(self._calls[kind]) - self._calls[kind]
+            for _ in range(missing):
+                if kind == "backbone":
+                    self._backbone(backbone, input_ids=torch.zeros(1, 1, dtype=torch.long, device=device))
+                else:
+                    self._calls["head"] += 1
+                    hidden_size = head.weight.shape[1] if hasattr(head, "weight") else backbone.config.hidden_size
+                    head(torch.zeros(1, hidden_size, device=device, dtype=next(head.parameters()).dtype))
+
+
+def naive_cross_scores(
+    model,
+    contexts: Sequence[Sequence[int]],
+    chains: Sequence[Sequence[int]],
+    mask=None,
+    *,
+    batch_size: int = 1,
+    chain_logits_only: bool = False,
+) -> torch.Tensor:
+    """Reference cross-scoring by plain concatenation: every [context | chain] through the full model.
+
+    Per context, `batch_size` right-padded concatenations per forward. With `chain_logits_only=False` the LM head runs
+    over every position (plain `model(...)`); `True` keeps only the chain positions (`logits_to_keep`), as TRL's own
+    log-prob pass does. Returns the same `(N, M)` float64 matrix as [`TransformersCrossScorer.score`].
+    """
+    mask = _validate_pairs(contexts, chains, mask)
+    lm, _, _ = resolve_causal_lm(model)
+    scores = torch.full(mask.shape, float("nan"), dtype=torch.float64)
+    device = next(lm.parameters()).device
+    with scoring_mode(lm):
+        for column, context in enumerate(contexts):
+            rows = mask[:, column].nonzero().flatten().tolist()
+            for start in range(0, len(rows), batch_size):
+                batch = rows[start : start + batch_size]
+                seqs = [list(context) + list(chains[r]) for r in batch]
+                width = max(len(seq) for seq in seqs)
+                ids = torch.zeros(len(batch), width, dtype=torch.long)
+                attn = torch.zeros(len(batch), width, dtype=torch.long)
+                for r, seq in enumerate(seqs):
+                    ids[r, : len(seq)], attn[r, : len(seq)] = torch.tensor(seq), 1
+                keep = width - len(context) + 1 if chain_logits_only else 0  # 0 keeps every position
+                logits = lm(input_ids=ids.to(device), attention_mask=attn.to(device), logits_to_keep=keep).logits
+                offset = width - logits.shape[1]  # logits[:, p] predicts token offset + p + 1
+                logps = logits.float().log_softmax(-1)
+                for r, chain_row in enumerate(batch):
+                    chain = chains[chain_row]
+                    positions = torch.arange(len(context) - 1, len(context) - 1 + len(chain)) - offset
+                    picked = logps[r, positions.to(device), torch.tensor(chain, device=device)]
+                    scores[chain_row, column] = picked.double().sum().item()
+    return scores
+
+
+def unpad(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    """Rows of a padded `(B, L)` id tensor as token lists, keeping the positions where `mask` is 1 (any padding side)."""
+    return [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
