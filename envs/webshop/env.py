@@ -20,7 +20,8 @@ import json
 import uuid
 from typing import Any
 
-from ..base import StepResult, TextEnv
+from ..base import StepResult, TextEnv, invalid_step
+from ..datasets import parse_env_config
 from .data import ShopConfig, load_shop
 from .engine import ShopSession
 from .episode_log import EpisodeLog, step_record
@@ -153,7 +154,9 @@ class WebShopEnv(TextEnv):
         return self._start(self.shop.goals[goal_id])
 
     def step(self, action: str) -> StepResult:
-        session = self._session()
+        if self.session is None:
+            return invalid_step("", "no episode: call reset() before step()", page=None, raw_reward=0.0, turn=0)
+        session = self.session
         before = session.state
         outcome = session.act(action)
         self.turn += 1
@@ -235,27 +238,22 @@ class WebShopToolEnv:
 
     def __init__(self, **env_config: Any):
         self._base_config = env_config
-        self._env: WebShopEnv | None = None
+        self.env: WebShopEnv | None = None
         self._env_key: str | None = None
         self._reward = 0.0
         self._calls = 0
 
     def reset(self, **row: Any) -> str:
-        """Start the episode of `row["seed"]` (a random goal without one); returns the first page."""
-        config = dict(self._base_config)
-        extra = row.get("env_config")
-        if extra:
-            parsed = json.loads(extra) if isinstance(extra, str) else dict(extra)
-            if not isinstance(parsed, dict):
-                raise ValueError(f"env_config must be a JSON object of WebShopEnv keywords, got {extra!r}")
-            config.update(parsed)
+        """Start the episode of `row["seed"]` (a random goal without one); returns the tool instructions and the
+        first page, which TRL appends to the prompt's last user message."""
+        config = {**self._base_config, **parse_env_config(row.get("env_config"))}
         key = json.dumps(config, sort_keys=True, default=str)
-        if self._env is None or key != self._env_key:
-            self._env, self._env_key = WebShopEnv(**config), key
+        if self.env is None or key != self._env_key:
+            self.env, self._env_key = WebShopEnv(**config), key
         seed = row.get("seed")
-        observation = self._env.reset(seed=None if seed is None else int(seed))
+        observation = self.env.reset(seed=None if seed is None else int(seed))
         self._reward, self._calls = 0.0, 0
-        return "\n" + observation
+        return "\n\n" + TOOL_INSTRUCTIONS_TEMPLATE.format(max_turns=self.env.max_turns) + "\n\n" + observation
 
     def search(self, query: str) -> str:
         """Search the store for products; only works on the search page.
@@ -285,37 +283,33 @@ class WebShopToolEnv:
         return self._reward
 
     def _act(self, action: str) -> str:
-        env = self._env
-        if env is None:
-            return "The episode has not started."
-        if env.session is not None and env.session.done:
-            return "The purchase is made; the episode is over."
+        env = self.env
+        if env is None or env.session is None:
+            return "Error: the episode has not started."
+        if env.session.done:
+            return "Error: the purchase is made; the episode is over."
         if self._calls >= env.max_turns:
-            return f"No actions left: the episode allows {env.max_turns} actions."
+            return f"Error: no actions left (the episode allows {env.max_turns})."
         self._calls += 1
         observation, reward, _, info = env.step(action)
         self._reward += reward
         if not info["action_is_valid"]:
-            return f"Invalid action {action!r}: {info['invalid_reason']}.\n{observation}"
+            return f"Error: {info['invalid_reason']}.\n{observation}"
         return observation
 
 
 def tool_dataset_rows(
     num_rows: int, split: str = "train", start_seed: int = 0, **env_config: Any
 ) -> list[dict[str, Any]]:
-    """Rows for `WebShopToolEnv`: a system prompt with the tool instructions, a user turn, a seed, the env config.
+    """Rows for `WebShopToolEnv`: a user turn, a seed (`start_seed + i`) and the env config as JSON text.
 
-    `reset(**row)` appends the first page to the user turn. Wrap with `datasets.Dataset.from_list(rows)`.
+    `reset(**row)` appends the tool instructions and the first page to the user turn. Wrap the rows with
+    `datasets.Dataset.from_list(rows)`.
     """
     config = {**env_config, "split": canonical_split(split)}
-    max_turns = int(config.get("max_turns", MAX_TURNS))
-    system = TOOL_INSTRUCTIONS_TEMPLATE.format(max_turns=max_turns)
     return [
         {
-            "prompt": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": "Buy the product described on this page."},
-            ],
+            "prompt": [{"role": "user", "content": "Buy the product that the instruction below describes."}],
             "seed": start_seed + index,
             "env_config": json.dumps(config, sort_keys=True),
         }

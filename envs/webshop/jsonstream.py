@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 CHUNK_CHARS = 1 << 20  # 1 Mi characters per read
 _WHITESPACE = " \t\n\r"
+_NUMBER_CONTINUATION = "0123456789.eE+-"
 
 
 def open_text(path: str | Path) -> TextIO:
@@ -81,8 +82,9 @@ class _ChunkedText:
                     continue
                 where = self.consumed + error.pos
                 raise ValueError(f"{self.path}: invalid JSON at character {where}: {error.msg}") from None
-            # A number (or literal) that ends exactly at the end of the buffer may continue in the next chunk.
-            if end == len(self.buffer) and self.fill():
+            # A number cut by the chunk boundary parses as a shorter one ("12" of "125", "-0" of "-0.5"): when the
+            # value ends at the buffer's end or before a character that could continue a number, read on first.
+            if (end == len(self.buffer) or self.buffer[end] in _NUMBER_CONTINUATION) and self.fill():
                 continue
             self.pos = end
             return value

@@ -172,7 +172,7 @@ def create_app(
     return app
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="WebShop web UI (same engine and reward as the agent's environment)")
     parser.add_argument(
         "--host", default=DEFAULT_HOST, help="interface to bind (default 127.0.0.1: this machine only)"
@@ -186,7 +186,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--procedural-products", type=int, default=1000, help="size of the procedural catalogue")
     parser.add_argument("--procedural-seed", type=int, default=0, help="seed of the procedural catalogue")
     parser.add_argument("--cache-dir", default=None, help="search index cache folder")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     app = create_app(
         data_dir=args.data_dir,
         log_dir=args.log_dir,
