@@ -66,13 +66,8 @@ class Analyzer:
         self._stemmer = Stemmer.Stemmer("porter")
 
     def __call__(self, text: str) -> list[str]:
-        words = []
-        for word in _WORD.findall(text.lower()):
-            if word.endswith(_POSSESSIVE):
-                word = word[:-2]
-            if word and word not in LUCENE_STOP_WORDS:
-                words.append(word)
-        return self._stemmer.stemWords(words)
+        words = [w[:-2] if w.endswith(_POSSESSIVE) else w for w in _WORD.findall(text.lower())]
+        return self._stemmer.stemWords([w for w in words if w and w not in LUCENE_STOP_WORDS])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -114,9 +109,9 @@ def build_bm25(texts: Iterable[str], analyzer: Analyzer):
     term_ids = array("i")  # every token of every document, concatenated
     lengths = array("q")
     for text in texts:
-        before = len(term_ids)
-        term_ids.extend(vocab.setdefault(term, len(vocab)) for term in analyzer(text))
-        lengths.append(len(term_ids) - before)
+        terms = analyzer(text)
+        term_ids.extend([vocab.setdefault(term, len(vocab)) for term in terms])
+        lengths.append(len(terms))
     vocab.setdefault("", len(vocab))  # bm25s' placeholder for empty queries
     doc_lengths = np.frombuffer(lengths, dtype=np.int64) if lengths else np.zeros(0, np.int64)
     doc_ids = np.repeat(np.arange(len(lengths), dtype=np.int32), doc_lengths)  # (T,)
