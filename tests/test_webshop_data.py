@@ -115,11 +115,10 @@ def test_index_text_rebuilds_the_provided_contents_of_all_1k_products(shop_1k):
             product.search_text = provided
 
 
-@needs_data
-def test_raw_format_loader_matches_the_docs_catalogue(tmp_path, shop_1k):
-    # Write the first products back in WebShop's raw format and load them through the raw path.
+def write_raw_folder(folder, products, products_file, attributes_file):
+    """Write `products` back in WebShop's raw download format (plus a noun file) into `folder`."""
     raw, attributes = [], {}
-    for product in shop_1k.products[:40]:
+    for product in products:
         raw.append(
             {
                 "asin": product.asin,
@@ -139,9 +138,15 @@ def test_raw_format_loader_matches_the_docs_catalogue(tmp_path, shop_1k):
             attributes[product.asin].update(instruction="Find me it", instruction_attributes=["it"])
     raw.append(dict(raw[0]))  # a duplicate ASIN is dropped
     raw.append({**raw[1], "asin": "nan"})  # an invalid ASIN is skipped
-    (tmp_path / "items_shuffle_1000.json").write_text(json.dumps(raw))
-    (tmp_path / "items_ins_v2_1000.json").write_text(json.dumps(attributes))
-    (tmp_path / "name_type_tokens_x.json").write_text(json.dumps({p["asin"]: ["mug"] for p in raw}))
+    (folder / products_file).write_text(json.dumps(raw))
+    (folder / attributes_file).write_text(json.dumps(attributes))
+    (folder / "name_type_tokens_x.json").write_text(json.dumps({p["asin"]: ["mug"] for p in raw}))
+    return raw
+
+
+@needs_data
+def test_raw_format_loader_matches_the_docs_catalogue(tmp_path, shop_1k):
+    write_raw_folder(tmp_path, shop_1k.products[:40], "items_shuffle_1000.json", "items_ins_v2_1000.json")
     shop = load_shop(data_dir=str(tmp_path), cache_dir=False, goals="synthetic")
     assert shop.name == "webshop-small-1k" and len(shop.products) == 40
     for mine, reference in zip(shop.products, shop_1k.products[:40], strict=True):
@@ -151,6 +156,48 @@ def test_raw_format_loader_matches_the_docs_catalogue(tmp_path, shop_1k):
             reference.options,
             reference.attributes,
         )
+
+
+@needs_data
+def test_full_set_is_streamed_truncated_and_named(tmp_path, shop_1k):
+    write_raw_folder(tmp_path, shop_1k.products[:30], "items_shuffle.json", "items_ins_v2.json")
+    assert load_shop(data_dir=str(tmp_path), cache_dir=False).name == "webshop-full"
+    first = load_shop(data_dir=str(tmp_path), cache_dir=False, num_products=20)
+    assert first.name == "webshop-full-first20" and len(first.products) == 20
+    with pytest.raises(FileNotFoundError, match="items_shuffle_1000.json"):
+        load_shop(data_dir=str(tmp_path), cache_dir=False, dataset="small")
+
+
+@needs_data
+def test_human_goals_from_items_human_ins(tmp_path, shop_1k):
+    products = shop_1k.products[:30]
+    write_raw_folder(tmp_path, products, "items_shuffle_1000.json", "items_ins_v2_1000.json")
+    human = {
+        products[0].asin: [
+            {
+                "instruction": "i want a table.",
+                "instruction_attributes": ["console table"],
+                "instruction_options": ["black"],
+            },
+            {"instruction": "no attributes", "instruction_attributes": [], "instruction_options": []},
+        ],
+        products[1].asin: [
+            {"instruction": "a shirt", "instruction_attributes": ["a", "b"], "instruction_options": []}
+        ],
+        products[2].asin: [
+            {"instruction": "x", "instruction_attributes": ["c"], "instruction_options": ["red", "xl"]}
+        ],
+    }
+    (tmp_path / "items_human_ins.json").write_text(json.dumps(human))
+    shop = load_shop(data_dir=str(tmp_path), cache_dir=False, goals="human")
+    assert len(shop.goals) == 3  # the entry without attributes is skipped
+    first = shop.goals[0]
+    assert first.asin == products[0].asin and first.goal_options == ("black",)
+    assert first.instruction_text.startswith("i want a table") and not first.instruction_text.startswith(
+        "i want a table."
+    )
+    with pytest.raises(ValueError, match="human"):
+        load_shop(procedural=True, goals="human", cache_dir=False)
 
 
 def test_missing_nouns_without_spacy_names_the_fix(tmp_path):

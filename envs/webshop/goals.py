@@ -12,9 +12,10 @@
   options are plain strings.
 - **Randomness** comes from one `random.Random(goal_seed)` (prices first, then bounds, in catalogue order), not from
   the global generator as in the original, so the same seed gives the same goals.
-- **Split.** Goals are ordered as WebShop's server shuffles them (`Random(233)`) and then permuted as RAGEN does
-  (`Random(42)`); test = the first 500, validation = the next 1,000, train = the rest, and a seed `s` picks goal
-  `start + s % size` of its split.
+- **Split.** The goal list goes through the same two fixed shuffles as in WebShop's server (`Random(233)`) and
+  RAGEN's wrapper (`Random(42)`), so with the catalogue in WebShop's product order the split membership of the
+  (product, options) goals is RAGEN's; test = the first 500, validation = the next 1,000, train = the rest, and a
+  seed `s` picks goal `start + s % size` of its split. (Price bounds differ: WebShop drew them unseeded.)
 """
 
 from __future__ import annotations
