@@ -1,0 +1,236 @@
+"""Tests of coding problems, how outputs are compared, and the feedback a failed attempt gets.
+
+Three kinds of test ([`CodeTest`]):
+
+- `stdio`: the program reads `input` on stdin; its stdout must match `output` token by token (whitespace
+  and line breaks do not matter; numbers that parse as floats match within `FLOAT_TOLERANCE`);
+- `function`: `fn_name(*args, **kwargs)` must return `expected` (or one of `also_accept`), compared as JSON
+  values in this process (tuples equal lists, floats within `FLOAT_TOLERANCE`), never with the program's
+  own `==`, so a returned object cannot claim equality with everything;
+- `assertion`: test code (HumanEval's `check(candidate)` asserts) run after the program must not raise.
+
+`run_tests` runs each test in its own sandboxed process and classifies the outcome; the reward of an attempt
+is the fraction of tests passed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .sandbox import Execution, Sandbox
+
+
+FLOAT_TOLERANCE = 1e-6
+TEST_KINDS = ("stdio", "function", "assertion")
+
+
+@dataclass(frozen=True)
+class CodeTest:
+    kind: str
+    input: str = ""  # stdio: stdin
+    output: str = ""  # stdio: expected stdout
+    fn_name: str = ""  # function: the function (or Solution method) to call
+    args: tuple = ()  # function: positional arguments (JSON values)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # function: keyword arguments
+    expected: Any = None  # function: the return value
+    also_accept: tuple = ()  # function: other accepted return values
+    code: str = ""  # assertion: test code run after the program
+
+    def __post_init__(self) -> None:
+        if self.kind not in TEST_KINDS:
+            raise ValueError(f"test kind must be one of {TEST_KINDS}, got {self.kind!r}")
+        if self.kind == "function" and not self.fn_name:
+            raise ValueError("a function test needs fn_name")
+        if self.kind == "assertion" and not self.code.strip():
+            raise ValueError("an assertion test needs code")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CodeTest:
+        values = dict(data)
+        values["args"] = tuple(values.get("args", ()))
+        values["also_accept"] = tuple(values.get("also_accept", ()))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    passed: bool
+    status: str  # passed, wrong_answer, runtime_error, timeout, memory_limit, output_limit, not_run
+    detail: str = ""  # what went wrong, for the feedback
+    got: str = ""  # what the program produced (stdout or the returned value), shortened
+    wall_s: float = 0.0
+
+
+############################################################
+# Comparison (pure functions)
+############################################################
+
+
+def _numbers_close(a: str, b: str) -> bool:
+    try:
+        x, y = float(a), float(b)
+    except ValueError:
+        return False
+    return math.isclose(x, y, rel_tol=FLOAT_TOLERANCE, abs_tol=FLOAT_TOLERANCE)
+
+
+def outputs_match(actual: str, expected: str) -> bool:
+    """Token-wise comparison of stripped outputs; float tokens may differ by `FLOAT_TOLERANCE`."""
+    got, want = actual.split(), expected.split()
+    return len(got) == len(want) and all(g == w or _numbers_close(g, w) for g, w in zip(got, want, strict=True))
+
+
+def values_match(actual: Any, expected: Any) -> bool:
+    """Equality of JSON values: lists (and tuples) item by item, dicts key by key, numbers within tolerance."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(actual) is type(expected) and actual == expected
+    if isinstance(expected, (int, float)) and isinstance(actual, (int, float)):
+        if isinstance(expected, int) and isinstance(actual, int):
+            return actual == expected
+        return math.isclose(actual, expected, rel_tol=FLOAT_TOLERANCE, abs_tol=FLOAT_TOLERANCE) or (
+            math.isnan(actual) and math.isnan(expected)
+        )
+    if isinstance(expected, (list, tuple)):
+        return (
+            isinstance(actual, (list, tuple))
+            and len(actual) == len(expected)
+            and all(values_match(a, e) for a, e in zip(actual, expected, strict=True))
+        )
+    if isinstance(expected, dict):
+        return (
+            isinstance(actual, dict)
+            and actual.keys() == {str(k) for k in expected}
+            and all(values_match(actual[str(k)], v) for k, v in expected.items())
+        )
+    return actual == expected
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    text = text if isinstance(text, str) else repr(text)
+    return text if len(text) <= limit else text[: limit - 15] + f"... ({len(text)} chars)"
+
+
+############################################################
+# Running tests
+############################################################
+
+
+def _failure(execution: Execution, timeout_s: float) -> TestOutcome | None:
+    """The outcome when the process itself failed (time, memory, crash), else None."""
+    wall = execution.wall_s
+    if execution.timed_out:
+        return TestOutcome(False, "timeout", f"time limit exceeded ({timeout_s:g} s)", wall_s=wall)
+    if execution.signal_name in ("SIGXCPU", "SIGKILL"):
+        return TestOutcome(False, "timeout", f"CPU time limit exceeded ({execution.signal_name})", wall_s=wall)
+    last_line = execution.stderr.strip().splitlines()[-1] if execution.stderr.strip() else ""
+    if "MemoryError" in last_line:
+        return TestOutcome(False, "memory_limit", "memory limit exceeded (MemoryError)", wall_s=wall)
+    if "File too large" in last_line or execution.stdout_truncated:
+        return TestOutcome(False, "output_limit", "output limit exceeded", wall_s=wall)
+    return None
+
+
+def judge(test: CodeTest, execution: Execution, timeout_s: float) -> TestOutcome:
+    """Classify one execution of `test`."""
+    failure = _failure(execution, timeout_s)
+    if failure is not None:
+        return failure
+    wall = execution.wall_s
+    if test.kind == "stdio":
+        if execution.returncode != 0:
+            detail = shorten(execution.stderr.strip()[-600:], 600) or f"exit code {execution.returncode}"
+            return TestOutcome(False, "runtime_error", detail, shorten(execution.stdout), wall)
+        passed = outputs_match(execution.stdout, test.output)
+        return TestOutcome(passed, "passed" if passed else "wrong_answer", got=shorten(execution.stdout), wall_s=wall)
+    result = execution.result
+    if result is None:
+        reason = "; ".join(execution.notes) or "the program ended without a result"
+        stderr = execution.stderr.strip()[-400:]
+        return TestOutcome(False, "runtime_error", shorten(f"{reason}\n{stderr}".strip(), 600), wall_s=wall)
+    if result.get("status") != "ok":
+        error = shorten(str(result.get("error", "")), 600)
+        if test.kind == "assertion" and result.get("exception") == "AssertionError":
+            return TestOutcome(False, "wrong_answer", "an assertion of the test failed", wall_s=wall)
+        if result.get("exception") == "MemoryError":
+            return TestOutcome(False, "memory_limit", "memory limit exceeded (MemoryError)", wall_s=wall)
+        return TestOutcome(False, "runtime_error", error, wall_s=wall)
+    if test.kind == "assertion":
+        return TestOutcome(True, "passed", wall_s=wall)
+    value = result.get("value")
+    passed = any(values_match(value, accepted) for accepted in (test.expected, *test.also_accept))
+    return TestOutcome(passed, "passed" if passed else "wrong_answer", got=shorten(repr(value)), wall_s=wall)
+
+
+def run_test(sandbox: Sandbox, program: str, test: CodeTest) -> TestOutcome:
+    if test.kind == "stdio":
+        execution = sandbox.run(program, mode="stdio", stdin=test.input)
+    elif test.kind == "function":
+        execution = sandbox.run(program, mode="function", fn_name=test.fn_name, args=test.args, kwargs=test.kwargs)
+    else:
+        execution = sandbox.run(program, mode="assertion", assertion=test.code)
+    return judge(test, execution, sandbox.config.timeout_s)
+
+
+def run_tests(
+    sandbox: Sandbox,
+    program: str,
+    tests: list[CodeTest] | tuple[CodeTest, ...],
+    *,
+    max_workers: int = 1,
+    total_timeout_s: float | None = None,
+) -> list[TestOutcome]:
+    """Run every test in its own process (`max_workers` at a time). Tests not started within
+    `total_timeout_s` are reported as `not_run` (failed)."""
+    deadline = None if total_timeout_s is None else time.monotonic() + total_timeout_s
+
+    def one(test: CodeTest) -> TestOutcome:
+        if deadline is not None and time.monotonic() > deadline:
+            return TestOutcome(False, "not_run", f"not run: the {total_timeout_s:g} s budget of the attempt is spent")
+        return run_test(sandbox, program, test)
+
+    if max_workers <= 1 or len(tests) <= 1:
+        return [one(test) for test in tests]
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        return list(pool.map(one, tests))
+
+
+############################################################
+# Feedback
+############################################################
+
+
+def describe_test(test: CodeTest) -> list[str]:
+    if test.kind == "stdio":
+        return [f"input: {shorten(test.input)!r}", f"expected output: {shorten(test.output)!r}"]
+    if test.kind == "function":
+        call_args = [repr(a) for a in test.args] + [f"{k}={v!r}" for k, v in test.kwargs.items()]
+        return [f"call: {test.fn_name}({shorten(', '.join(call_args))})", f"expected: {shorten(repr(test.expected))}"]
+    # the test's own last statement, before the closing `check(entry_point)` call of HumanEval programs
+    lines = [line.strip() for line in test.code.strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[-1].startswith("check("):
+        lines.pop()
+    return [f"test: {shorten(lines[-1] if lines else '')}"]
+
+
+def format_feedback(tests, outcomes: list[TestOutcome], max_shown: int = 3) -> str:
+    """ "Passed k/n tests." and, for the first failures, the test, what was expected and what happened."""
+    passed = sum(o.passed for o in outcomes)
+    lines = [f"Passed {passed}/{len(outcomes)} tests."]
+    failures = [(i, t, o) for i, (t, o) in enumerate(zip(tests, outcomes, strict=True)) if not o.passed]
+    for i, test, outcome in failures[:max_shown]:
+        lines.append(f"Test {i + 1} failed ({outcome.status.replace('_', ' ')}):")
+        lines += [f"  {line}" for line in describe_test(test)]
+        if outcome.status == "wrong_answer" and test.kind != "assertion":
+            lines.append(f"  got: {outcome.got!r}" if test.kind == "stdio" else f"  got: {outcome.got}")
+        elif outcome.detail:
+            lines += [f"  {line}" for line in outcome.detail.splitlines()[-6:]]
+    if len(failures) > max_shown:
+        lines.append(f"({len(failures) - max_shown} more failed tests not shown)")
+    return "\n".join(lines)
