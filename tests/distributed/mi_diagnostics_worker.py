@@ -1,0 +1,77 @@
+"""Two-process MI diagnostics run (launched by tests/test_diagnostics_distributed.py with torchrun, gloo on CPU).
+
+A plain trl.GRPOTrainer with MIDiagnosticsCallback attached, 3 prompt groups of 4 rollouts over 2 processes of 6
+rows (group 1 spans both processes), diagnostics at every step. At step 2 process 1's reasoning extractor returns
+nothing, so that process has no valid pair at all. The scorer is also made to pad its forwards across processes,
+as it does under ZeRO-3/FSDP. Each process writes its logged MI values to `<out>/rank<r>.json`.
+"""
+
+import json
+import os
+import sys
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from datasets import Dataset  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+import trl_ragen2.diagnostics as diagnostics_module  # noqa: E402
+from trl_ragen2.diagnostics import MIDiagnosticsCallback, MIDiagnosticsConfig  # noqa: E402
+from trl_ragen2.scoring import ThinkTagExtractor  # noqa: E402
+from trl_ragen2.tiny import make_tiny_model, make_tiny_tokenizer  # noqa: E402
+
+
+def main(out_dir):
+    rank = int(os.environ["RANK"])  # set by torchrun
+    tokenizer = make_tiny_tokenizer()
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Count to {i}"}] for i in range(60)]})
+
+    def length_reward(completions, **kwargs):
+        return [float(len(c[0]["content"])) for c in completions]
+
+    args = GRPOConfig(
+        output_dir=out_dir,
+        per_device_train_batch_size=6,
+        num_generations=4,
+        max_completion_length=10,
+        max_steps=3,
+        learning_rate=1e-3,
+        bf16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        ddp_backend="gloo",
+        seed=5,
+    )
+    trainer = GRPOTrainer(
+        model=make_tiny_model(tokenizer, seed=5),
+        reward_funcs=length_reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    think = ThinkTagExtractor()
+
+    def extractor(text):
+        if rank == 1 and trainer.state.global_step == 1:
+            return ""  # step 2: no valid pair on this process
+        return think(text)
+
+    diagnostics_module._is_sharded = lambda trainer: True  # exercise the cross-process forward padding
+    MIDiagnosticsCallback(MIDiagnosticsConfig(every_n_steps=1, num_samples=8), extractor=extractor).attach(trainer)
+    trainer.train()
+    logs = {
+        h["step"]: {k: v for k, v in h.items() if k.startswith("ragen2/mi/")}
+        for h in trainer.state.log_history
+        if "loss" in h
+    }
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"logs": logs, "global_step": trainer.state.global_step}, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,277 @@
+"""MIDiagnostics on hand-built GRPO batches, its config and schedule, and the callback on a plain trl.GRPOTrainer."""
+
+import json
+import logging
+import math
+
+import pytest
+import torch
+
+from trl_ragen2.diagnostics import STATE_FILE, MIDiagnostics, MIDiagnosticsCallback, MIDiagnosticsConfig
+from trl_ragen2.scoring import TransformersCrossScorer
+
+
+class RecordingScorer:
+    """Scores with the transformers engine and records what it was asked to score."""
+
+    def __init__(self, model):
+        self.inner, self.calls = TransformersCrossScorer(model), []
+
+    def score(self, contexts, chains, mask=None, **kwargs):
+        self.calls.append((contexts, chains))
+        return self.inner.score(contexts, chains, mask, **kwargs)
+
+
+def encode(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def build_batch(tokenizer, rollouts):
+    """A TRL-shaped batch from `(user text, [model turn, env text, model turn, ...])`; env text gets tool_mask 0."""
+    pad = tokenizer.pad_token_id
+    prompts, completions, tools = [], [], []
+    for user, segments in rollouts:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": user}], add_generation_prompt=True, tokenize=False
+        )
+        prompts.append(encode(tokenizer, text))
+        ids, tool = [], []
+        for i, text in enumerate(segments):
+            segment = encode(tokenizer, text)
+            ids += segment
+            tool += [1 - i % 2] * len(segment)  # even segments are model turns
+        completions.append(ids)
+        tools.append(tool)
+    lp, lc = max(map(len, prompts)), max(map(len, completions))
+    batch = {
+        "prompt_ids": torch.tensor([[pad] * (lp - len(p)) + p for p in prompts]),
+        "prompt_mask": torch.tensor([[0] * (lp - len(p)) + [1] * len(p) for p in prompts]),
+        "completion_ids": torch.tensor([c + [pad] * (lc - len(c)) for c in completions]),
+        "completion_mask": torch.tensor([[1] * len(c) + [0] * (lc - len(c)) for c in completions]),
+        "tool_mask": torch.tensor([t + [1] * (lc - len(t)) for t in tools]),
+    }
+    return batch, prompts, completions
+
+
+ENV = "<|im_end|>\n<|im_start|>user\nReward: 0<|im_end|>\n<|im_start|>assistant\n"
+ROLLOUTS = [
+    (
+        "go to the goal",
+        ["<think> the goal is up </think><answer>Up</answer>", ENV, "<think> now left </think><answer>Left</answer>"],
+    ),
+    ("go to the goal", ["<think> maybe down </think><answer>Down</answer>"]),
+    (
+        "push the box",
+        ["<think></think><answer>Right</answer>", ENV, "<think> box is right </think><answer>Right</answer>"],
+    ),
+    ("push the box", ["<think> box is left </think><answer>Left</answer>"]),
+]
+
+
+def test_scopes_build_the_right_pairs(tiny_model, tiny_tokenizer):
+    batch, prompts, completions = build_batch(tiny_tokenizer, ROLLOUTS)
+    scorer = RecordingScorer(tiny_model)
+    diagnostics = MIDiagnostics(MIDiagnosticsConfig(num_samples=64), scorer=scorer)
+    metrics = diagnostics.compute(batch, [{}] * 4, tokenizer=tiny_tokenizer, scorer=scorer)
+    think = encode(tiny_tokenizer, "<think>")
+    # first turn: the two distinct prompts (+ <think>) are the columns; row 2's first turn has empty reasoning
+    first_contexts, first_chains = scorer.calls[0]
+    assert first_contexts == [prompts[0] + think, prompts[2] + think]
+    decoded = sorted(tiny_tokenizer.decode(c) for c in first_chains)
+    assert decoded == [" box is left ", " maybe down ", " the goal is up "]
+    assert metrics["ragen2/mi/first_turn/num_pairs"] == 3
+    assert metrics["ragen2/mi/first_turn/num_dropped_empty"] == 1
+    assert metrics["ragen2/mi/first_turn/num_columns"] == 2
+    # trajectory: contexts are prompt + completion history before the turn (+ <think>)
+    traj_contexts, traj_chains = scorer.calls[1]
+    second_turn = len(encode(tiny_tokenizer, ROLLOUTS[0][1][0] + ENV))
+    assert prompts[0] + completions[0][:second_turn] + think in traj_contexts
+    assert " now left " in {tiny_tokenizer.decode(c) for c in traj_chains}
+    pairs = metrics["ragen2/mi/trajectory/num_pairs"]
+    assert pairs + metrics["ragen2/mi/trajectory/num_dropped_empty"] == 64
+    assert metrics["ragen2/mi/trajectory/num_columns"] == pairs  # each kept draw is a column
+    assert 1 / pairs <= metrics["ragen2/mi/trajectory/retrieval_chance"] < 1  # repeated draws mark `same` columns
+    finite = [k for k, v in metrics.items() if math.isfinite(v)]
+    assert len(finite) == len(metrics)
+
+
+def test_rollout_turn_spans_take_precedence(tiny_model, tiny_tokenizer):
+    batch, _, completions = build_batch(tiny_tokenizer, ROLLOUTS[:2])
+    del batch["tool_mask"]
+    first = len(encode(tiny_tokenizer, ROLLOUTS[0][1][0]))
+    rows = [{"turn_spans": [(0, first)]}, {}]  # row 0: only its first turn is a model turn; row 1: whole completion
+    scorer = RecordingScorer(tiny_model)
+    config = MIDiagnosticsConfig(scopes=("trajectory",), num_samples=20)
+    MIDiagnostics(config).compute(batch, rows, tokenizer=tiny_tokenizer, scorer=scorer)
+    chains = {tiny_tokenizer.decode(c) for c in scorer.calls[0][1]}
+    assert chains == {" the goal is up ", " maybe down "}
+
+
+def test_negatives_mode_scores_k_plus_one_columns(tiny_model, tiny_tokenizer):
+    batch, _, _ = build_batch(tiny_tokenizer, ROLLOUTS)
+    config = MIDiagnosticsConfig(scopes=("trajectory",), num_negatives=2, negative_sampling="similar")
+    metrics = MIDiagnostics(config).compute(
+        batch, None, tokenizer=tiny_tokenizer, scorer=TransformersCrossScorer(tiny_model)
+    )
+    assert metrics["ragen2/mi/trajectory/num_columns"] == 3
+    assert metrics["ragen2/mi/trajectory/mi_upper_bound"] == pytest.approx(math.log(3))
+    assert metrics["ragen2/mi/trajectory/retrieval_chance"] == pytest.approx(1 / 3)
+
+
+def test_a_scope_without_reasoning_logs_nan_and_warns_once(tiny_model, tiny_tokenizer, caplog):
+    empty = [("a", ["<think> </think><answer>Up</answer>"]), ("b", ["<think></think><answer>Up</answer>"])]
+    batch, _, _ = build_batch(tiny_tokenizer, empty)
+    diagnostics = MIDiagnostics(MIDiagnosticsConfig(scopes=("first_turn",)))
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            metrics = diagnostics.compute(
+                batch, None, tokenizer=tiny_tokenizer, scorer=TransformersCrossScorer(tiny_model)
+            )
+    assert math.isnan(metrics["ragen2/mi/first_turn/mi_est"]) and math.isnan(
+        metrics["ragen2/mi/first_turn/mi_zscore_ema"]
+    )
+    assert metrics["ragen2/mi/first_turn/num_pairs"] == 0 and metrics["ragen2/mi/first_turn/num_dropped_empty"] == 2
+    assert caplog.text.count("could not be computed") == 1
+    assert "no pair with non-empty reasoning" in caplog.text
+
+
+def test_a_broken_batch_is_reported_not_raised(tiny_tokenizer, caplog):
+    with caplog.at_level(logging.WARNING):
+        metrics = MIDiagnostics().compute(
+            {"prompt_ids": torch.zeros(1, 1)}, None, tokenizer=tiny_tokenizer, scorer=None
+        )
+    assert all(math.isnan(v) for k, v in metrics.items() if k.endswith("mi_est"))
+    assert "reading the batch failed" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("every_n_steps", 0),
+        ("num_samples", 0),
+        ("scopes", ("first_turn", "all")),
+        ("engine", "sglang"),
+        ("max_tokens_per_chunk", 0),
+        ("num_negatives", 0),
+        ("negative_sampling", "hardest"),
+        ("marginal", "mean"),
+        ("ema_alpha", 1.0),
+        ("ks", (0,)),
+    ],
+)
+def test_config_errors_name_field_and_value(field, value):
+    with pytest.raises(
+        ValueError, match=rf"MIDiagnosticsConfig\.{field}={value!r}".replace("(", r"\(").replace(")", r"\)")
+    ):
+        MIDiagnosticsConfig(**{field: value})
+
+
+def test_schedule_runs_at_step_one_then_every_n_steps():
+    diagnostics = MIDiagnostics(MIDiagnosticsConfig(every_n_steps=5))
+    ran = []
+    for step in range(1, 16):
+        if diagnostics.is_due(step):
+            ran.append(step)
+            diagnostics._advance(step)
+    assert ran == [1, 5, 10, 15]
+    late = MIDiagnostics(MIDiagnosticsConfig(every_n_steps=5))
+    late._advance(1)
+    assert not late.is_due(4) and late.is_due(7)  # a missed step 5 (no generation then) runs at the next batch
+    assert not MIDiagnostics(MIDiagnosticsConfig(enabled=False)).is_due(1)
+
+
+def test_state_round_trip(tmp_path):
+    diagnostics = MIDiagnostics()
+    diagnostics.ema["first_turn"].update(
+        {"marginal_std": 0.5, "marginal_std_seq": 3.0, "mi_est": 0.1, "mi_seq_est": 1.0}
+    )
+    diagnostics.next_step = 15
+    path = diagnostics.save(tmp_path)
+    restored = MIDiagnostics()
+    assert restored.load(tmp_path) and json.loads(open(path).read())["next_step"] == 15
+    assert restored.next_step == 15 and restored.ema["first_turn"].sigma == 0.5
+    assert restored.ema["trajectory"].sigma is None
+    assert not MIDiagnostics().load(tmp_path / "missing")
+
+
+# ---------------------------------------------------------------------------------------------- plain GRPOTrainer
+
+
+def grpo_trainer(tokenizer, output_dir, max_steps, seed=0):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_ragen2.tiny import make_tiny_model
+
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Count to {i}"}] for i in range(64)]})
+
+    def length_reward(completions, **kwargs):
+        return [float(len(c[0]["content"])) for c in completions]
+
+    args = GRPOConfig(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=8,
+        num_generations=2,  # 4 distinct prompts per batch
+        max_completion_length=12,
+        max_steps=max_steps,
+        learning_rate=1e-3,
+        bf16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="steps",
+        save_steps=2,
+        seed=seed,
+    )
+    return GRPOTrainer(
+        model=make_tiny_model(tokenizer, seed=seed),
+        reward_funcs=length_reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+
+
+def mi_logs(trainer):
+    return {
+        h["step"]: {k: v for k, v in h.items() if k.startswith("ragen2/mi/")}
+        for h in trainer.state.log_history
+        if "loss" in h
+    }
+
+
+def test_callback_on_plain_grpo_trainer_logs_and_resumes(tiny_tokenizer, tmp_path):
+    config = MIDiagnosticsConfig(every_n_steps=2, num_samples=8)
+    trainer = grpo_trainer(tiny_tokenizer, tmp_path, max_steps=4)
+    callback = MIDiagnosticsCallback(config)
+    assert callback.attach(trainer) is trainer and callback in trainer.callback_handler.callbacks
+    with pytest.raises(ValueError, match="already attached"):
+        MIDiagnosticsCallback(config).attach(trainer)
+    trainer.train()
+    logs = mi_logs(trainer)
+    assert [step for step, keys in logs.items() if keys] == [1, 2, 4]  # step 1, then every 2 steps
+    expected_keys = {
+        f"ragen2/mi/{scope}/{key}"
+        for scope in ("first_turn", "trajectory")
+        for key in callback.diagnostics.metric_keys
+    }
+    for step in (1, 2, 4):
+        assert set(logs[step]) == expected_keys
+        assert all(math.isfinite(v) for v in logs[step].values()), logs[step]
+        assert logs[step]["ragen2/mi/first_turn/num_columns"] == 4
+
+    saved = json.loads((tmp_path / "checkpoint-2" / STATE_FILE).read_text())
+    assert saved["next_step"] == 4
+    sigma_at_2 = saved["ema"]["trajectory"]["sigma"]
+    assert sigma_at_2 == pytest.approx(
+        0.9 * logs[1]["ragen2/mi/trajectory/marginal_std"] + 0.1 * logs[2]["ragen2/mi/trajectory/marginal_std"]
+    )
+
+    resumed = grpo_trainer(tiny_tokenizer, tmp_path, max_steps=4)
+    MIDiagnosticsCallback(config).attach(resumed)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    after = mi_logs(resumed)
+    assert not after[3] and after[4]  # the restored schedule: no catch-up run at step 3
+    sigma_at_4 = after[4]["ragen2/mi/trajectory/marginal_std"]
+    assert after[4]["ragen2/mi/trajectory/marginal_std_ema"] == pytest.approx(0.9 * sigma_at_2 + 0.1 * sigma_at_4)
