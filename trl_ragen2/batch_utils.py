@@ -92,18 +92,64 @@ def trim_padding(batch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def split_rows_unevenly(batch: dict[str, Any], num_chunks: int) -> list[dict[str, Any]]:
+def chunk_sizes(rows: int, num_chunks: int) -> list[int]:
+    """Sizes of an even split of `rows` into `num_chunks` (they differ by at most one; leading chunks larger)."""
+    return [len(piece) for piece in torch.arange(rows).tensor_split(num_chunks)]
+
+
+def aligned_chunk_sizes(rows_per_process: list[int], num_chunks: int) -> list[int]:
+    """Per-chunk row counts every process pads to: the largest chunk any process has, and at least one row.
+
+    Collectives inside the loss (TRL gathers per-row statistics) need the same number of rows on every process at
+    every micro-step; a process with fewer kept rows pads with zero-loss rows (it would otherwise wait anyway).
+    """
+    per_process = [chunk_sizes(rows, num_chunks) for rows in rows_per_process]
+    return [max(1, *(sizes[i] for sizes in per_process)) for i in range(num_chunks)]
+
+
+def split_rows_unevenly(
+    batch: dict[str, Any], num_chunks: int, pad_to: list[int] | None = None
+) -> list[dict[str, Any]]:
     """Split a batch into `num_chunks` micro-batches whose sizes differ by at most one row, dropping none.
 
-    A chunk that would be empty (fewer rows than chunks) holds one zero-loss copy of the first row instead, so
-    every process still runs a forward and backward pass on every micro-step (required by DDP and ZeRO).
+    Chunk `i` is padded with zero-loss copies of the first row up to `pad_to[i]` rows (default: one row), so every
+    process still runs a forward and backward pass on every micro-step (DDP and ZeRO need it) with the same number
+    of rows as the others (see [`aligned_chunk_sizes`]).
     """
-    rows = num_rows(batch)
-    pieces = torch.arange(rows).tensor_split(num_chunks)
+    pad_to = pad_to or [1] * num_chunks
+    placeholder = zero_loss_rows(select_rows(batch, torch.zeros(1, dtype=torch.long)))
     chunks = []
-    for piece in pieces:
-        if piece.numel():
-            chunks.append(select_rows(batch, piece))
-        else:
-            chunks.append(zero_loss_rows(select_rows(batch, torch.zeros(1, dtype=torch.long))))
+    for piece, target in zip(torch.arange(num_rows(batch)).tensor_split(num_chunks), pad_to, strict=True):
+        chunk = select_rows(batch, piece) if piece.numel() else None
+        missing = target - piece.numel()
+        if missing > 0:
+            padding = select_rows(placeholder, torch.zeros(missing, dtype=torch.long))
+            chunk = padding if chunk is None else concat_rows(chunk, padding)
+        chunks.append(chunk)
     return chunks
+
+
+def concat_rows(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Stack two batches row-wise, right-padding completion-aligned and left-padding prompt tensors to one width."""
+    rows_first, rows_second = num_rows(first), num_rows(second)
+    out = {}
+    for key, a in first.items():
+        b = second[key]
+        if not (is_row_tensor(a, rows_first) and is_row_tensor(b, rows_second)):
+            out[key] = a
+            continue
+        if a.dim() >= 2 and a.size(1) != b.size(1):
+            width = max(a.size(1), b.size(1))
+            # prompt tensors are left-padded; everything else is right-padded (pad values are masked out)
+            side = "left" if key in PROMPT_KEYS else "right"
+            a, b = (_pad_columns(t, width, side) for t in (a, b))
+        out[key] = torch.cat([a, b], dim=0)
+    return out
+
+
+def _pad_columns(tensor: torch.Tensor, width: int, side: str) -> torch.Tensor:
+    missing = width - tensor.size(1)
+    if missing == 0:
+        return tensor
+    pad = torch.zeros((tensor.size(0), missing, *tensor.shape[2:]), dtype=tensor.dtype, device=tensor.device)
+    return torch.cat([pad, tensor] if side == "left" else [tensor, pad], dim=1)

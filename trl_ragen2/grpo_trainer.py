@@ -25,7 +25,14 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict
 
-from .batch_utils import loss_token_count, select_rows, split_rows_unevenly, trim_padding, zero_loss_rows
+from .batch_utils import (
+    aligned_chunk_sizes,
+    loss_token_count,
+    select_rows,
+    split_rows_unevenly,
+    trim_padding,
+    zero_loss_rows,
+)
 from .filtering import filter_stats, group_reward_scores, select_groups
 from .grpo_config import SNRFilteredGRPOConfig
 
@@ -139,6 +146,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self.filter_state = FilterState()
         self._global_rewards_per_func: torch.Tensor | None = None
         self._filtered_batch: dict | None = None
+        self._kept_rows_per_process: list[int] = []
         self._generation_is_empty = False
         self._loss_scale = 1.0
         # Extra lines for the model card, e.g. {"Catalogue": "webshop-small-1k"}; recipes fill it.
@@ -206,6 +214,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         # The dapo/cispo/vespo normaliser is a global token count: recount it over the kept rows of all processes.
         filtered["num_items_in_batch"] = self.accelerator.gather(loss_token_count(filtered)).sum()
 
+        # Rows each process keeps, known everywhere without communication: the selection is global.
+        self._kept_rows_per_process = keep_rows.view(self.accelerator.num_processes, local_rows).sum(dim=1).tolist()
         empty = not bool(keep_groups.any())
         self._update_filter_state(empty)
         kept_fraction = keep_groups.float().mean().item()
@@ -245,7 +255,9 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             # GRPOTrainer just generated and split the filtered batch with a floor division that drops the
             # remainder rows; re-split it so that every kept row is trained on.
             shuffled = shuffle_sequence_dict(self._filtered_batch)
-            self._buffered_inputs = split_rows_unevenly(shuffled, self.args.steps_per_generation)
+            steps = self.args.steps_per_generation
+            pad_to = aligned_chunk_sizes(self._kept_rows_per_process, steps)
+            self._buffered_inputs = split_rows_unevenly(shuffled, steps, pad_to=pad_to)
             inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
             self._filtered_batch = None
         return inputs
