@@ -1,11 +1,14 @@
 """The program that runs inside the sandbox: limits, guard, then one test of the candidate solution.
 
-The parent copies this file into a fresh working directory and runs `python -I -B harness.py spec.json` with
-an empty environment. It uses the standard library only and imports nothing from the package. In order:
+The parent copies this file into a fresh working directory and runs `python -I -B harness.py spec.bin` with
+an empty environment. It uses the standard library only, imports nothing from the package, and imports as
+little as it can before the candidate runs (interpreter start-up is most of an execution's cost). In order:
 
-1. read the spec (`spec.json`) and, for function and assertion tests, a one-time token from stdin;
+1. read the spec (`spec.bin`, written by the parent with `marshal`) and, for function and assertion tests, a
+   one-time token from stdin (the harness echoes it in its result, which a forged result file would lack);
 2. apply the resource limits (`resource.setrlimit`, soft = hard, so the candidate cannot raise them);
-3. install the guard: dangerous `os`/`posix`/`shutil` functions raise `PermissionError`, `subprocess`,
+3. install the guard: dangerous `os`/`posix` functions raise `PermissionError` (so do the `shutil` helpers
+   built on them), `subprocess`,
    `ctypes`, `socket`, `multiprocessing`, `resource` and friends cannot be imported, and files outside the
    working directory cannot be opened for writing;
 4. run the test: `stdio` executes the program as `__main__` with the test's stdin; `function` executes it,
@@ -19,11 +22,10 @@ rlimits, a new session killed as a whole, and bubblewrap namespaces when availab
 
 import builtins
 import io
-import json
+import marshal
 import os
 import resource
 import sys
-import traceback
 
 
 BLOCKED_OS_FUNCTIONS = (
@@ -33,7 +35,6 @@ BLOCKED_OS_FUNCTIONS = (
     "putenv unsetenv remove unlink rmdir removedirs rename renames replace truncate chmod fchmod lchmod chown "
     "fchown lchown link symlink mkfifo mknod plock pidfd_open setns unshare"
 ).split()
-BLOCKED_SHUTIL_FUNCTIONS = ("rmtree", "move", "chown", "copytree", "make_archive", "unpack_archive")
 BLOCKED_MODULES = (
     "ctypes _ctypes subprocess _posixsubprocess multiprocessing _multiprocessing socket _socket ssl pty resource "
     "psutil webbrowser"
@@ -73,15 +74,12 @@ def _refuse(name):
 def install_guard(workdir):
     """Disable process, signal, permission and file-removal functions; confine writes to `workdir`."""
     import posix
-    import shutil
 
     os.environ.clear()  # empty already, but for LC_CTYPE, which the interpreter sets when it coerces the C locale
     for module in (os, posix):
         for name in BLOCKED_OS_FUNCTIONS:
             if hasattr(module, name):
                 setattr(module, name, _refuse(f"os.{name}"))
-    for name in BLOCKED_SHUTIL_FUNCTIONS:
-        setattr(shutil, name, _refuse(f"shutil.{name}"))
     for name in BLOCKED_MODULES:
         sys.modules[name] = None  # `import name` now raises ImportError
 
@@ -132,6 +130,8 @@ def to_json(value, depth=0):
 
 def _error_text(error):
     """`Type: message` plus the last lines of the traceback that fall in the solution or the test."""
+    import traceback  # only when something failed: it costs milliseconds to import
+
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename in ("solution.py", "test.py")]
     where = "".join(traceback.format_list(frames[-3:]))
     return f"{where}{type(error).__name__}: {error}"[-2000:]
@@ -182,11 +182,15 @@ def run_test(spec, source, token):
 
 
 def main():
-    with open(sys.argv[1], encoding="utf-8") as f:
-        spec = json.load(f)
+    with open(sys.argv[1], "rb") as f:
+        spec = marshal.load(f)
     with open(spec["solution"], encoding="utf-8") as f:
         source = f.read()
-    token = sys.stdin.readline().strip() if spec["mode"] != "stdio" else ""
+    token, dumps = "", None
+    if spec["mode"] != "stdio":
+        import json  # before the candidate runs, so it cannot plant its own `json`
+
+        token, dumps = sys.stdin.readline().strip(), json.dumps
     write_result = open  # the real `open`, kept before the guard replaces it
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(0)  # big integers print in full, as on judges (CPU time is limited anyway)
@@ -195,7 +199,7 @@ def main():
         install_guard(os.getcwd())
     payload = run_test(spec, source, token)
     if payload is not None:
-        text = json.dumps(payload)
+        text = dumps(payload)
         with write_result(spec["result"], "w", encoding="utf-8") as f:
             f.write(text)
     sys.stdout.flush()

@@ -81,24 +81,32 @@ class UidLease:
             UidLease._held.discard(self.slot)
 
 
-def kill_processes_of(uid: int, passes: int = 5) -> int:
-    """SIGKILL every process owned by `uid` (repeated, in case one forked meanwhile); returns how many."""
+def _is_zombie(pid: str) -> bool:
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rpartition(b")")[2].split()[0] == b"Z"  # the state follows the command name
+
+
+def kill_processes_of(uid: int, passes: int = 6) -> int:
+    """SIGKILL every live process owned by `uid` (repeated, in case one forked meanwhile); returns how many.
+
+    Zombies are skipped: they are already dead and only wait for their new parent to reap them.
+    """
     killed = 0
-    for _ in range(passes):
+    for attempt in range(passes):
         found = 0
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
             try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
+                if os.stat(f"/proc/{entry}").st_uid == uid and not _is_zombie(entry):
                     os.kill(int(entry), signal.SIGKILL)
                     found += 1
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
+            except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
                 continue
         killed += found
         if not found:
             break
-        time.sleep(0.01)
+        time.sleep(0.001 * 2**attempt)  # give the killed a moment to die (and any fork of theirs to show up)
     return killed
 
 
