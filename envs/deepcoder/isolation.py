@@ -110,17 +110,20 @@ def kill_processes_of(uid: int, passes: int = 6) -> int:
     return killed
 
 
-_task_count_cache: tuple[float, int] = (0.0, 0)
+_task_count_cache: tuple[float, int] = (-1.0, 0)
 
 
-def current_user_tasks() -> int:
-    """Threads owned by this process's uid, the number RLIMIT_NPROC compares against (cached for a second)."""
+def current_user_tasks() -> int | None:
+    """Threads owned by this process's uid, the number RLIMIT_NPROC compares against (cached for a second);
+    None without `/proc` (then no process limit can be set safely)."""
     global _task_count_cache
+    if not os.path.isdir("/proc"):
+        return None
     stamp, count = _task_count_cache
     if time.monotonic() - stamp < 1.0:
         return count
     uid, count = os.getuid(), 0
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+    for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:

@@ -181,7 +181,8 @@ class Sandbox:
         elif os.geteuid() == 0:
             processes = None  # root ignores RLIMIT_NPROC
         else:
-            processes = current_user_tasks() + c.max_processes
+            tasks = current_user_tasks()
+            processes = None if tasks is None else tasks + c.max_processes
         return {
             "cpu_seconds": c.cpu_seconds or math.ceil(c.timeout_s) + 1,
             "memory_bytes": c.memory_mb << 20,
