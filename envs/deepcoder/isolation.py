@@ -246,6 +246,13 @@ def _resolve(python_executable, use_bubblewrap, drop_privileges, bwrap_path) -> 
             prefixes, reason = _probe([python], None)
         if prefixes is None:
             raise RuntimeError(f"cannot run the sandbox interpreter {candidates[0]}: {reason or notes}")
+        if python != candidates[0]:
+            logger.info(
+                "Candidate programs run with %s: the unprivileged sandbox user cannot run %s, so packages installed "
+                "only in that environment are not importable by them.",
+                python,
+                candidates[0],
+            )
         executable_dirs = {os.path.dirname(python), os.path.dirname(os.path.realpath(python))}
         bind_dirs = tuple(sorted(set(prefixes) | executable_dirs))
         bwrap = None
