@@ -145,6 +145,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self.filter_state = FilterState()
         self._global_rewards_per_func: torch.Tensor | None = None
+        self.current_rows: list[dict] | None = None
         self._filtered_batch: dict | None = None
         self._kept_rows_per_process: list[int] = []
         self._generation_is_empty = False
@@ -189,6 +190,9 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         """Hook for work on the whole (pre-filter) batch, e.g. the MI diagnostics. Does nothing here."""
 
     def _generate_and_score_completions(self, inputs):
+        # The dataset rows of this generation batch, for a rollout_func that needs more than the prompts
+        # (trl_ragen2.RagenRollout reads env, seed and env_config from them).
+        self.current_rows = inputs
         batch = super()._generate_and_score_completions(inputs)
         if not self.model.training:
             return batch  # evaluation is never filtered

@@ -1,0 +1,349 @@
+"""Multi-turn agent rollouts in the RAGEN protocol: the turn loop over a batch of environment episodes.
+
+One episode is a chat. The prompt is the system message ("You're a helpful assistant. " + the env's instructions)
+and the turn-1 user message, rendered with the tokenizer's chat template and primed with `<think>`. Each turn the
+model's reply is parsed as `<think>...</think><answer>...</answer>`; the answer's `||`-separated actions (at most
+`max_actions_per_turn`) are stepped in the environment. A reply that does not parse, or any action the environment
+rejects, adds the format penalty (-0.1) once for that turn; rejected actions leave the state unchanged. The
+environment's reward comes back in the next user message ("Reward:\\n{r}\\n" + the next turn prompt).
+
+Token layout of one rollout (never re-tokenised):
+
+    prompt_ids      = template(system, user turn 1) + "<think>"
+    completion_ids  = reply_1 | feedback_1 | reply_2 | feedback_2 | ... | reply_T
+    env_mask        =  1...1  |   0...0    |  1...1  |    0...0   | ... |  1...1
+
+`reply_t` are the generated token ids exactly as sampled; `feedback_t` is the chat template's own rendering of the
+end of the assistant turn, the next user message and the next generation prefix (+ `<think>`). The trajectory
+return is the sum of the turns' environment rewards and penalties. Hitting the token budget ends a rollout
+cleanly after its last complete turn.
+
+The loop is generation-backend agnostic (`trl_ragen2.generation`): every turn is one batched call over all active
+episodes, and with several processes every process makes the same number of calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl_ragen2_envs import make_env
+from trl_ragen2_envs.datasets import parse_env_config
+from trl_ragen2_envs.prompts import initial_messages, parse_response, prompt_budget, reward_feedback, turn_prompt
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+@dataclass
+class RolloutConfig:
+    """Settings of the RAGEN turn loop.
+
+    Args:
+        max_turns (`int`, defaults to `5`):
+            Turns per episode (RAGEN: 5 for Sokoban and FrozenLake, 9 for WebShop, 1 for Countdown).
+        max_actions_per_turn (`int`, defaults to `2`):
+            Actions executed from one answer (RAGEN: 2 for Sokoban and FrozenLake, 1 elsewhere).
+        max_actions_per_episode (`int`, *optional*):
+            Action budget of an episode, shown as "You have k actions left". Defaults to RAGEN's per environment
+            (`trl_ragen2_envs.prompts.RAGEN_PROMPT_BUDGETS`: 10 for Sokoban and FrozenLake).
+        prompt_max_tokens (`int`, *optional*):
+            The "Max response length" stated in the prompt; defaults to RAGEN's per environment.
+        max_tokens_per_turn (`int`, defaults to `400`):
+            Generation limit of one reply (RAGEN: 400).
+        max_completion_tokens (`int`, *optional*):
+            Token budget of the whole completion (replies and feedback). The trainer integration sets it to
+            `max_completion_length`. `None`: unlimited.
+        format_penalty (`float`, defaults to `-0.1`):
+            Added to the return once per turn whose reply does not parse or holds a rejected action.
+        think_prefix (`str`, defaults to `"<think>"`):
+            Text that primes every generation (appended to the generation prompt).
+    """
+
+    max_turns: int = 5
+    max_actions_per_turn: int = 2
+    max_actions_per_episode: int | None = None
+    prompt_max_tokens: int | None = None
+    max_tokens_per_turn: int = 400
+    max_completion_tokens: int | None = None
+    format_penalty: float = -0.1
+    think_prefix: str = THINK_OPEN
+
+    def __post_init__(self):
+        for name in ("max_turns", "max_actions_per_turn", "max_tokens_per_turn"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_completion_tokens is not None and self.max_completion_tokens < 1:
+            raise ValueError(f"max_completion_tokens must be >= 1 or None, got {self.max_completion_tokens}")
+        if not math.isfinite(self.format_penalty):
+            raise ValueError(f"format_penalty must be finite, got {self.format_penalty}")
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """What identifies an episode: the environment, its constructor keywords and the seed."""
+
+    env: str
+    seed: int
+    env_config: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> EpisodeSpec:
+        """Read `env`, `seed` and `env_config` from a dataset row (see `trl_ragen2_envs.datasets.build_rows`)."""
+        missing = [key for key in ("env", "seed") if key not in row or row[key] is None]
+        if missing:
+            raise ValueError(
+                f"dataset row is missing {missing}: rows for the RAGEN rollout need 'env', 'seed' and optionally "
+                "'env_config'; build them with trl_ragen2_envs.datasets.build_rows"
+            )
+        return cls(env=str(row["env"]), seed=int(row["seed"]), env_config=parse_env_config(row.get("env_config")))
+
+
+@dataclass
+class Episode:
+    """One rollout: its environment, token layout, spans and statistics."""
+
+    spec: EpisodeSpec
+    env: Any
+    messages: list[dict[str, str]]
+    prompt_ids: list[int]
+    actions_left: int
+    prompt_max_tokens: int
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)  # model tokens of each turn, in completion_ids
+    reasoning_spans: list[tuple[int, int]] = field(default_factory=list)  # the reasoning inside each turn
+    turn_rewards: list[float] = field(default_factory=list)  # environment reward + penalty, per turn
+    observation: str = ""
+    turns: int = 0
+    total_return: float = 0.0
+    actions_valid: int = 0
+    actions_total: int = 0
+    format_errors: int = 0
+    success: bool = False
+    finished: bool = False
+    context_limited: bool = False
+
+    def stats(self) -> dict[str, float]:
+        """Per-episode numbers behind the `ragen2/env/<env>/...` metrics."""
+        return {
+            "success": float(self.success),
+            "return": self.total_return,
+            "turns": float(self.turns),
+            "valid_actions": float(self.actions_valid),
+            "actions": float(self.actions_total),
+            "format_errors": float(self.format_errors),
+            "context_limited": float(self.context_limited),
+        }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chat-template rendering
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def render_prompt_ids(tokenizer, messages, think_prefix: str, chat_template_kwargs: dict | None = None) -> list[int]:
+    """Token ids of `messages` rendered for generation, primed with `think_prefix`."""
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+    )
+    return tokenizer.encode(text + think_prefix, add_special_tokens=False)
+
+
+def feedback_ids(tokenizer, user_content: str, think_prefix: str, chat_template_kwargs: dict | None = None):
+    """Ids that close an assistant turn and open the next one, exactly as the chat template renders them.
+
+    A dummy conversation is rendered with and without the next user message; the difference, starting right after
+    the assistant's end-of-turn token (which the model generated itself), is the feedback.
+    """
+    kwargs = chat_template_kwargs or {}
+    dummy = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U"},
+        {"role": "assistant", "content": "A"},
+    ]
+    base = tokenizer.apply_chat_template(dummy, tokenize=False, **kwargs)
+    full = tokenizer.apply_chat_template(
+        [*dummy, {"role": "user", "content": user_content}], tokenize=False, add_generation_prompt=True, **kwargs
+    )
+    if not full.startswith(base):
+        raise ValueError(
+            "the chat template is not prefix-preserving (rendering a conversation changes how earlier turns look), "
+            "so multi-turn token ids cannot be kept exact; use a template that keeps earlier turns unchanged "
+            "(e.g. TRL's qwen2_5, or the model's *_training template from trl/chat_templates)"
+        )
+    end_of_turn = base.rfind(tokenizer.eos_token) + len(tokenizer.eos_token)
+    if end_of_turn < len(tokenizer.eos_token):
+        raise ValueError(
+            f"the chat template does not end assistant turns with the EOS token {tokenizer.eos_token!r}; set the "
+            "tokenizer's eos_token to the template's end-of-turn marker"
+        )
+    return tokenizer.encode(base[end_of_turn:] + full[len(base) :] + think_prefix, add_special_tokens=False)
+
+
+def reasoning_span(tokenizer, reply_ids: Sequence[int], start: int) -> tuple[int, int]:
+    """Token span of the reasoning in a reply: the tokens before its first `</think>` (the whole reply if none).
+
+    The reply is primed with `<think>`, so reasoning starts at its first token, unless it repeats the opening tag.
+    Found by bisection on decoded prefixes, so tags split over several tokens are handled.
+    """
+    text = tokenizer.decode(reply_ids, skip_special_tokens=False)
+    close = text.find(THINK_CLOSE)
+    open_at = text.find(THINK_OPEN)
+    first = _tokens_covering(tokenizer, reply_ids, open_at + len(THINK_OPEN)) if 0 <= open_at < max(close, 0) else 0
+    if close < 0:
+        last = len(reply_ids)
+    else:
+        last = _tokens_before(tokenizer, reply_ids, close)
+    return start + first, start + max(first, last)
+
+
+def _tokens_before(tokenizer, ids, char_index: int) -> int:
+    """Largest k whose decoded prefix ids[:k] is at most `char_index` characters long."""
+    low, high = 0, len(ids)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(tokenizer.decode(ids[:middle], skip_special_tokens=False)) <= char_index:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _tokens_covering(tokenizer, ids, char_index: int) -> int:
+    """Smallest k whose decoded prefix ids[:k] is at least `char_index` characters long."""
+    low, high = 0, len(ids)
+    while low < high:
+        middle = (low + high) // 2
+        if len(tokenizer.decode(ids[:middle], skip_special_tokens=False)) >= char_index:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The turn loop
+# ----------------------------------------------------------------------------------------------------------------
+
+# (prompt ids of the active episodes, max new tokens, episodes, group size, pad_to) -> (reply ids, logprobs or None)
+GenerateFn = Callable[..., tuple[list[list[int]], list[list[float]] | None]]
+
+
+class RolloutEngine:
+    """Runs batches of episodes through a generation backend.
+
+    Args:
+        tokenizer: The policy's tokenizer (with a chat template).
+        config (`RolloutConfig`): Turn-loop settings.
+        chat_template_kwargs (`dict`, *optional*): Passed to `apply_chat_template` (e.g. `enable_thinking`).
+        max_active_across_processes (`Callable[[int], int]`, *optional*): Returns the largest number of active
+            episodes over all processes; each process keeps calling the backend until that is 0, so collective
+            generation (vLLM server, ZeRO-3) never waits on a process that stopped early.
+    """
+
+    def __init__(self, tokenizer, config: RolloutConfig | None = None, *, chat_template_kwargs=None,
+                 max_active_across_processes: Callable[[int], int] | None = None):  # fmt: skip
+        self.tokenizer = tokenizer
+        self.config = config or RolloutConfig()
+        self.chat_template_kwargs = chat_template_kwargs or {}
+        self.max_active_across_processes = max_active_across_processes or (lambda count: count)
+        self.eos_token_id = tokenizer.eos_token_id
+
+    def start(self, spec: EpisodeSpec) -> Episode:
+        env = make_env(spec.env, **spec.env_config)
+        observation = env.reset(seed=spec.seed)
+        actions, prompt_tokens = prompt_budget(
+            spec.env, self.config.max_actions_per_episode, self.config.prompt_max_tokens
+        )
+        messages = initial_messages(env, observation, actions_left=actions, max_tokens=prompt_tokens)
+        prompt_ids = render_prompt_ids(self.tokenizer, messages, self.config.think_prefix, self.chat_template_kwargs)
+        return Episode(spec, env, messages, prompt_ids, actions, prompt_tokens, observation=observation)
+
+    def run(self, specs: Sequence[EpisodeSpec], generate: GenerateFn, *, group_size: int = 1) -> list[Episode]:
+        """Play every episode to its end. `group_size`: consecutive specs that are copies of one prompt (turn 1)."""
+        episodes = [self.start(spec) for spec in specs]
+        for turn in range(1, self.config.max_turns + 1):
+            active = [episode for episode in episodes if not episode.finished]
+            most_active = self.max_active_across_processes(len(active))
+            if most_active == 0:
+                break
+            limits = [self._reply_limit(episode) for episode in active]
+            replies, logprobs = generate(
+                [episode.prompt_ids + episode.completion_ids for episode in active],
+                max(limits, default=1),
+                episodes=active,
+                group_size=group_size if turn == 1 else 1,
+                pad_to=most_active,
+            )
+            for index, episode in enumerate(active):
+                reply = list(replies[index])[: limits[index]]
+                reply_logprobs = None if logprobs is None else list(logprobs[index])[: len(reply)]
+                self._play_turn(episode, turn, reply, reply_logprobs)
+        for episode in episodes:
+            episode.finished = True
+            episode.env.close()
+        return episodes
+
+    def _reply_limit(self, episode: Episode) -> int:
+        if self.config.max_completion_tokens is None:
+            return self.config.max_tokens_per_turn
+        left = self.config.max_completion_tokens - len(episode.completion_ids)
+        return max(1, min(self.config.max_tokens_per_turn, left))
+
+    def _play_turn(self, episode: Episode, turn: int, reply: list[int], logprobs: list[float] | None) -> None:
+        config = self.config
+        start = len(episode.completion_ids)
+        episode.completion_ids.extend(reply)
+        episode.env_mask.extend([1] * len(reply))
+        if logprobs is None or episode.logprobs is None:
+            episode.logprobs = None
+        else:
+            episode.logprobs.extend(logprobs + [0.0] * (len(reply) - len(logprobs)))
+        episode.turn_spans.append((start, start + len(reply)))
+        episode.reasoning_spans.append(reasoning_span(self.tokenizer, reply, start))
+        episode.turns = turn
+
+        text = self.tokenizer.decode(reply, skip_special_tokens=True)
+        episode.messages.append({"role": "assistant", "content": config.think_prefix + text})
+        parsed = parse_response(text, max_actions=min(config.max_actions_per_turn, episode.actions_left))
+        env_reward, rejected, done = 0.0, not parsed.format_ok, False
+        episode.format_errors += int(not parsed.format_ok)
+        for action in parsed.actions:
+            observation, reward, done, info = episode.env.step(action)
+            episode.actions_total += 1
+            if info.get("action_is_valid", True):
+                episode.actions_valid += 1
+                episode.actions_left -= 1
+                env_reward += float(reward)
+                episode.observation = observation
+            else:
+                rejected = True
+            episode.success = episode.success or bool(info.get("success", False))
+            if done:
+                break
+        turn_reward = env_reward + (config.format_penalty if rejected else 0.0)
+        episode.turn_rewards.append(turn_reward)
+        episode.total_return += turn_reward
+
+        if done or turn >= config.max_turns or episode.actions_left <= 0:
+            episode.finished = True
+            return
+        user = reward_feedback(round(env_reward, 4)) + turn_prompt(
+            turn + 1, episode.observation, episode.actions_left, episode.prompt_max_tokens
+        )
+        feedback = feedback_ids(self.tokenizer, user, config.think_prefix, self.chat_template_kwargs)
+        if not reply or reply[-1] != self.eos_token_id:
+            feedback = [self.eos_token_id, *feedback]  # the reply was cut at the limit: close the turn for it
+        budget = config.max_completion_tokens
+        if budget is not None and len(episode.completion_ids) + len(feedback) + 1 > budget:
+            episode.finished, episode.context_limited = True, True
+            return
+        episode.messages.append({"role": "user", "content": user})
+        episode.completion_ids.extend(feedback)
+        episode.env_mask.extend([0] * len(feedback))
+        if episode.logprobs is not None:
+            episode.logprobs.extend([0.0] * len(feedback))
