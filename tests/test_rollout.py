@@ -56,16 +56,16 @@ class TestTokenLayout:
         assert len(episode.env_mask) == len(episode.completion_ids)
         assert runs_of_ones(episode.env_mask) == episode.turn_spans
         eos = tiny_tokenizer.eos_token_id
-        for start, end in episode.turn_spans:
+        for _, end in episode.turn_spans:
             assert episode.completion_ids[end - 1] == eos, "every reply ends with the model's own EOS"
-        for (_, end), (next_start, _) in zip(episode.turn_spans, episode.turn_spans[1:]):
+        for (_, end), (next_start, _) in zip(episode.turn_spans, episode.turn_spans[1:], strict=False):
             feedback = tiny_tokenizer.decode(episode.completion_ids[end:next_start])
             assert feedback.startswith("\n<|im_start|>user\nReward:\n")
             assert feedback.endswith("<|im_end|>\n<|im_start|>assistant\n<think>")
 
     def test_reasoning_spans_hold_the_think_text(self, tiny_tokenizer):
         (episode,) = play(tiny_tokenizer, solver_reply, max_turns=2)
-        for (start, end), (turn_start, turn_end) in zip(episode.reasoning_spans, episode.turn_spans):
+        for (start, end), (turn_start, turn_end) in zip(episode.reasoning_spans, episode.turn_spans, strict=True):
             assert turn_start <= start <= end <= turn_end
             assert tiny_tokenizer.decode(episode.completion_ids[start:end]) == "I follow the plan. "
 
