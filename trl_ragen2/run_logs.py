@@ -1,0 +1,268 @@
+"""Read the metrics a training run logged, and summarise them; standard library only (no matplotlib, no torch).
+
+Any trainer built on transformers' `Trainer` (TRL's, ours) leaves its log calls in one or more of
+
+- `<output_dir>/metrics.jsonl`: one JSON object per log call, written live by
+  [`~tracking.MetricsJSONLCallback`];
+- `<output_dir>/trainer_state.json`: `log_history`, written by `trainer.save_state()` at the end of a run;
+- `<output_dir>/checkpoint-<N>/trainer_state.json`: the same list up to step N (a running run has only these).
+
+Every record is a dict with `step` plus metric keys; evaluation records carry `eval_` prefixes. [`load_run_logs`]
+picks the source that reaches the furthest step, and [`metric_series`] turns one key into clean `(steps, values)`,
+skipping records where the key is missing, `None`, NaN or infinite.
+
+```python
+from trl_ragen2.run_logs import load_run_logs, summarize, format_summary
+
+logs = load_run_logs("out/webshop-grpo")
+steps, kept = logs.series("ragen2/filter/kept_fraction")
+print(format_summary(summarize(logs.records)))
+```
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+
+METRICS_FILE = "metrics.jsonl"  # the file tracking.MetricsJSONLCallback writes
+STATE_FILE = "trainer_state.json"
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+MI_SCOPES = ("first_turn", "trajectory")
+ENV_KEY = re.compile(r"^(?P<eval>eval_)?ragen2/env/(?P<env>[^/]+)/(?P<metric>[^/]+)$")
+
+EXPECTED_SOURCES = (
+    f"{STATE_FILE}, checkpoint-<step>/{STATE_FILE} or {METRICS_FILE} (written by "
+    "trl_ragen2.tracking.MetricsJSONLCallback); point at the output_dir of a training run"
+)
+
+
+class RunLogsNotFoundError(FileNotFoundError):
+    """No readable metrics in the given place; the message names the path and the files looked for."""
+
+
+@dataclass
+class RunLogs:
+    """The log records of one run and the file they came from."""
+
+    source: Path
+    records: list[dict]
+
+    @property
+    def keys(self) -> set[str]:
+        return {key for record in self.records for key in record if key != "step"}
+
+    @property
+    def last_step(self) -> int | None:
+        steps = [record["step"] for record in self.records if _is_step(record.get("step"))]
+        return max(steps) if steps else None
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        return metric_series(self.records, key)
+
+
+def _is_step(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _as_float(value) -> float | None:
+    """A plottable number, or None for missing, None, NaN, infinities, booleans and non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def metric_series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """`(steps, values)` of one metric in step order; a step logged twice keeps its last value.
+
+    Records without an integer `step`, and values that are missing, `None`, NaN, infinite or not numbers, are
+    skipped, so the result can be plotted directly.
+    """
+    by_step: dict[int, float] = {}
+    for record in records:
+        step, value = record.get("step"), _as_float(record.get(key))
+        if _is_step(step) and value is not None:
+            by_step[step] = value
+    steps = sorted(by_step)
+    return steps, [by_step[step] for step in steps]
+
+
+def _drop_replayed(records: list[dict]) -> list[dict]:
+    """Keep the latest attempt of every step: when the step goes back (a resume, or a new run appending to the
+    same file), the earlier records from that step on are superseded."""
+    kept: list[dict] = []
+    latest = -1  # highest step among the kept records
+    for record in records:
+        step = record.get("step")
+        if _is_step(step):
+            if step < latest:
+                kept = [r for r in kept if not _is_step(r.get("step")) or r["step"] < step]
+            latest = step
+        kept.append(record)
+    return kept
+
+
+def read_log_file(path: str | os.PathLike) -> list[dict]:
+    """Records of one file: a `trainer_state.json` (its `log_history`) or a JSON Lines metrics file.
+
+    In JSON Lines, blank lines and a truncated last line (a write in progress) are skipped; a malformed line
+    elsewhere raises `ValueError` with its line number.
+    """
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        lines = path.read_text(encoding="utf-8").splitlines()
+        records = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                if number == len(lines):
+                    break  # the line being written right now
+                raise ValueError(
+                    f"{path}:{number} is not a JSON object ({error.msg}); fix or delete that line"
+                ) from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{number} holds a {type(record).__name__}, expected a JSON object per line")
+            records.append(record)
+        return _drop_replayed(records)
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error.msg} at line {error.lineno})") from None
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise ValueError(f"{path} has no 'log_history' list; expected a transformers trainer_state.json")
+    return [record for record in history if isinstance(record, dict)]
+
+
+def find_log_sources(output_dir: str | os.PathLike) -> list[Path]:
+    """The metric files of a run, in tie-break order: top-level state, JSONL log, newest checkpoint's state."""
+    output_dir = Path(output_dir)
+    sources = [output_dir / STATE_FILE, output_dir / METRICS_FILE]
+    checkpoints = []
+    for child in output_dir.iterdir():
+        match = CHECKPOINT_PATTERN.match(child.name)
+        if match and (child / STATE_FILE).is_file():
+            checkpoints.append((int(match.group(1)), child / STATE_FILE))
+    if checkpoints:
+        sources.append(max(checkpoints)[1])
+    return [source for source in sources if source.is_file()]
+
+
+def load_run_logs(path: str | os.PathLike) -> RunLogs:
+    """The log records of a run: `path` is its output_dir, or one `trainer_state.json` / `.jsonl` file.
+
+    Of the sources found ([`find_log_sources`]), the one whose records reach the highest step wins (a live
+    `metrics.jsonl` beats a checkpoint that is a few steps old); ties go to the earlier source in that order.
+
+    Raises:
+        RunLogsNotFoundError: `path` does not exist, or holds none of the expected files, or they are all empty.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise RunLogsNotFoundError(f"{path} does not exist; expected a training output_dir holding {EXPECTED_SOURCES}")
+    sources = [path] if path.is_file() else find_log_sources(path)
+    if not sources:
+        raise RunLogsNotFoundError(f"no training logs in {path}: expected {EXPECTED_SOURCES}")
+    best: RunLogs | None = None
+    for source in sources:
+        logs = RunLogs(source, read_log_file(source))
+        if logs.records and (best is None or (logs.last_step or -1) > (best.last_step or -1)):
+            best = logs
+    if best is None:
+        raise RunLogsNotFoundError(
+            f"the training logs in {path} ({', '.join(str(s) for s in sources)}) hold no records yet; "
+            "a run logs every `logging_steps` optimizer steps"
+        )
+    return best
+
+
+def env_names(keys, metric: str) -> list[str]:
+    """Environments that logged `ragen2/env/<env>/<metric>` (train or `eval_`), sorted."""
+    names = set()
+    for key in keys:
+        match = ENV_KEY.match(key)
+        if match and match["metric"] == metric:
+            names.add(match["env"])
+    return sorted(names)
+
+
+### summary
+
+
+@dataclass
+class SummaryRow:
+    """One metric of [`summarize`]: `best` is the max or min per the metric's direction, None if it has none."""
+
+    key: str
+    count: int
+    last: float
+    last_step: int
+    mean: float
+    best: float | None
+    best_step: int | None
+
+
+def summary_keys(keys) -> list[tuple[str, str | None]]:
+    """The key metrics present in `keys`, in display order, with their direction ("max", "min" or None)."""
+    wanted: list[tuple[str, str | None]] = [
+        ("reward", "max"),
+        ("eval_reward", "max"),
+        ("ragen2/filter/kept_fraction", None),
+        ("ragen2/filter/kept_variance_share", None),
+        ("ragen2/filter/empty_steps", None),
+    ]
+    for env in env_names(keys, "success_rate"):
+        wanted += [(f"ragen2/env/{env}/success_rate", "max"), (f"eval_ragen2/env/{env}/success_rate", "max")]
+    for scope in MI_SCOPES:
+        prefix = f"ragen2/mi/{scope}"
+        wanted += [
+            (f"{prefix}/retrieval_acc", "max"),
+            (f"{prefix}/retrieval_chance", None),
+            (f"{prefix}/mi_est", "max"),
+            (f"{prefix}/mi_zscore_ema", "max"),
+            (f"{prefix}/cond_entropy", None),
+        ]
+    wanted += [("entropy", None), ("step_time", "min")]
+    return [(key, direction) for key, direction in wanted if key in keys]
+
+
+def summarize(records: list[dict]) -> list[SummaryRow]:
+    """Last, mean and best values of the key metrics (reward, success rates, kept fraction, MI, entropy, step
+    time) that the records hold at least one finite value of."""
+    keys = {key for record in records for key in record}
+    rows = []
+    for key, direction in summary_keys(keys):
+        steps, values = metric_series(records, key)
+        if not values:
+            continue
+        best = best_step = None
+        if direction is not None:
+            pick = max if direction == "max" else min
+            best_step, best = pick(zip(steps, values, strict=True), key=lambda pair: pair[1])
+        rows.append(SummaryRow(key, len(values), values[-1], steps[-1], sum(values) / len(values), best, best_step))
+    return rows
+
+
+def format_summary(rows: list[SummaryRow], header: str | None = None) -> str:
+    """A fixed-width text table of [`summarize`] rows (one line per metric)."""
+    table = [("metric", "n", "last", "@step", "mean", "best", "@step")]
+    for row in rows:
+        best = ("-", "-") if row.best is None else (f"{row.best:.4g}", str(row.best_step))
+        table.append((row.key, str(row.count), f"{row.last:.4g}", str(row.last_step), f"{row.mean:.4g}", *best))
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = [header] if header else []
+    for line in table:
+        cells = [line[0].ljust(widths[0])] + [
+            cell.rjust(width) for cell, width in zip(line[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
