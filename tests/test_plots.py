@@ -257,17 +257,44 @@ def test_jsonl_callback_defaults_to_the_output_dir(tmp_path):
 
 
 def test_two_step_snr_training_with_the_callback_plots_the_kept_fraction(tmp_path, tiny_tokenizer):
-    from .test_grpo_trainer import scripted_trainer
+    from datasets import Dataset
 
-    trainer = scripted_trainer(tmp_path, tiny_tokenizer, max_steps=2)
-    trainer.add_callback(MetricsJSONLCallback())
-    trainer.train()
+    from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+    from trl_ragen2.tiny import make_tiny_model
+
+    from .scripted import parity_reward_for, script_generation
+
+    # group rewards [0, a, 0, a]: variances 0, 1/3, 100/3, 0, so top-p 0.9 keeps only "P2:" (1 of 4 groups)
+    amplitudes = {"P0:": 0.0, "P1:": 1.0, "P2:": 10.0, "P3:": 0.0}
+    args = SNRFilteredGRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=16,  # one generation batch = 4 prompts x 4 rollouts
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=2,
+        bf16=False,
+        use_cpu=True,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=7,
+    )
+    trainer = SNRFilteredGRPOTrainer(
+        model=make_tiny_model(tiny_tokenizer, seed=0),
+        reward_funcs=parity_reward_for(amplitudes),
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": list(amplitudes)}),
+        processing_class=tiny_tokenizer,
+        callbacks=[MetricsJSONLCallback()],
+    )
+    script_generation(trainer).train()
+
     run = tmp_path / "out"
     logs = load_run_logs(run)
     assert logs.source == run / "metrics.jsonl" and logs.last_step == 2
-    assert metric_series(logs.records, "ragen2/filter/kept_fraction") == ([1, 2], [0.25, 0.25])  # only "P2:" kept
+    assert metric_series(logs.records, "ragen2/filter/kept_fraction") == ([1, 2], [0.25, 0.25])
     report = plot_run_report(run)
-    assert report.paths[0] == run / "plots" / "training_curves.png" and report.paths[0].stat().st_size > 0
+    assert report.paths == [run / "plots" / "training_curves.png"] and report.paths[0].stat().st_size > 0
     figure = plot_training_curves(logs)
     assert line(panel(figure, "SNR filter: kept fraction"), "ragen2/filter/kept_fraction") == ([1, 2], [0.25, 0.25])
     assert any("ragen2/mi/trajectory" in note for note in report.missing)  # no MI diagnostics attached

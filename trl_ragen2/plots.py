@@ -13,8 +13,9 @@ The default MI axis is MI-Est of the trajectory scope. Figure 1 of RAGEN-2 place
 mutual information I(X;Z) and H(Z|X); MI-Est is the proxy that estimates I(X;Z) itself, in the same nats per token
 as H(Z|X) (MI-Est = H(Z) - H(Z|X) exactly), so one pair of thresholds means the same thing at every step. The
 trajectory scope is the one behind the paper's headline correlation (trajectory MI-ZScore vs success, Spearman
-+0.39 in Fig. 8). The z-scores and retrieval accuracy are drawn as curves; on the plane they need a threshold in
-their own units (`mi_threshold=`), because no default for them comes from the paper.
++0.39 in Fig. 8). The quadrant thresholds default to those of `reasoning_regime` (0.05 and 0.5 nats per token),
+which are heuristic starting points: the paper draws the regimes without numbers. The z-scores and retrieval
+accuracy are drawn as curves; on the plane they need a threshold in their own units (`mi_threshold=`).
 
 Figures are `matplotlib.figure.Figure` objects drawn with the Agg canvas, without pyplot: nothing global changes
 (a notebook keeps its backend and displays the returned figure), and matplotlib is imported on first use only.
@@ -25,11 +26,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from .run_logs import MI_SCOPES, RunLogs, env_names, load_run_logs, metric_series
+from .panels import LINE_STYLES, PANELS, Panel, missing_panels, panel_data
+from .run_logs import MI_SCOPES, as_records, load_run_logs, metric_series
 
 
 logger = logging.getLogger(__name__)
@@ -52,12 +54,8 @@ DEFAULT_ENTROPY = "cond_entropy"
 CURVES_FILE = "training_curves.png"
 REGIMES_FILE = "regimes_{scope}.png"
 
-REGIME_COLORS = {  # quadrant tints
-    "diverse reasoning": "#2ca02c",
-    "template collapse": "#d62728",
-    "compressed reasoning": "#1f77b4",
-    "low-entropy collapse": "#7f7f7f",
-}
+# quadrant tints, in the order of trl_ragen2.mi.REGIMES (diverse, template collapse, compressed, low-entropy collapse)
+REGIME_COLORS = ("#2ca02c", "#d62728", "#1f77b4", "#7f7f7f")
 
 
 class MissingMetricsError(ValueError):
@@ -71,10 +69,6 @@ def _new_figure(**kwargs):
     figure = Figure(layout="constrained", **kwargs)
     FigureCanvasAgg(figure)  # attaches itself as figure.canvas
     return figure
-
-
-def _records(history) -> list[dict]:
-    return history.records if isinstance(history, RunLogs) else list(history)
 
 
 ### the regime plane
@@ -124,7 +118,7 @@ def regime_points(
     """`(steps, mi, cond_entropy)` of the diagnostic steps that logged both values finite, in step order."""
     if scope not in MI_SCOPES:
         raise ValueError(f"scope={scope!r} is not an MI scope; choose one of {MI_SCOPES}")
-    records = _records(history)
+    records = as_records(history)
     mi = dict(zip(*metric_series(records, f"ragen2/mi/{scope}/{proxy}"), strict=True))
     ent = dict(zip(*metric_series(records, f"ragen2/mi/{scope}/{entropy}"), strict=True))
     steps = sorted(set(mi) & set(ent))
@@ -152,7 +146,7 @@ def classify_run(
 
 def _limits(values: Sequence[float], threshold: float) -> tuple[float, float]:
     low, high = min(*values, threshold), max(*values, threshold)
-    pad = 0.12 * (high - low) if high > low else max(abs(high), 1.0) * 0.5
+    pad = 0.12 * (high - low) if high > low else (0.5 * abs(high) or 1.0)  # one value: half its size
     return low - pad, high + pad
 
 
@@ -195,7 +189,7 @@ def plot_regimes(
         )
     from matplotlib.patches import Rectangle
 
-    from .mi import COMPRESSED_REASONING, DIVERSE_REASONING, LOW_ENTROPY_COLLAPSE, TEMPLATE_COLLAPSE
+    from .mi import COMPRESSED_REASONING, DIVERSE_REASONING, LOW_ENTROPY_COLLAPSE, REGIMES, TEMPLATE_COLLAPSE
 
     figure = _new_figure(figsize=(7.5, 5.5))
     ax = figure.add_subplot()
@@ -208,12 +202,13 @@ def plot_regimes(
         COMPRESSED_REASONING: ((x0, ent_thr), (mi_thr, y1), "left", "top"),
         LOW_ENTROPY_COLLAPSE: ((x0, ent_thr), (y0, mi_thr), "left", "bottom"),
     }
+    colors = dict(zip(REGIMES, REGIME_COLORS, strict=True))
     margin_x, margin_y = 0.02 * (x1 - x0), 0.03 * (y1 - y0)
     for regime, ((qx0, qx1), (qy0, qy1), ha, va) in quadrants.items():
-        ax.add_patch(Rectangle((qx0, qy0), qx1 - qx0, qy1 - qy0, color=REGIME_COLORS[regime], alpha=0.08, lw=0))
+        ax.add_patch(Rectangle((qx0, qy0), qx1 - qx0, qy1 - qy0, color=colors[regime], alpha=0.08, lw=0))
         x = qx1 - margin_x if ha == "right" else qx0 + margin_x
         y = qy1 - margin_y if va == "top" else qy0 + margin_y
-        label = ax.text(x, y, regime, ha=ha, va=va, color=REGIME_COLORS[regime], fontsize=11, weight="bold")
+        label = ax.text(x, y, regime, ha=ha, va=va, color=colors[regime], fontsize=11, weight="bold")
         label.set_gid("regime-label")
     ax.axvline(ent_thr, color="0.35", ls="--", lw=1, label=f"H(Z|X) threshold {ent_thr:g}")
     ax.axhline(mi_thr, color="0.35", ls=":", lw=1, label=f"MI threshold {mi_thr:g}")
@@ -238,135 +233,6 @@ def plot_regimes(
 
 
 ### training curves
-
-
-@dataclass(frozen=True)
-class Series:
-    """One line of a panel: a logged key, its legend label, its role ("train", "eval" or "reference", which set the
-    line style), and its colour group (lines of one env or one MI scope share a colour; default: the key)."""
-
-    key: str
-    label: str
-    role: str = "train"
-    group: str | None = None
-
-
-@dataclass(frozen=True)
-class Panel:
-    """One panel of the training curves: `series(keys)` lists the lines it can draw from a run's logged keys."""
-
-    title: str
-    ylabel: str
-    looks_for: str  # shown when the panel has no data
-    series: Callable[[set[str]], list[Series]] = field(repr=False)
-
-
-def _fixed(*series: Series) -> Callable[[set[str]], list[Series]]:
-    return lambda keys: list(series)
-
-
-def _per_env(metric: str) -> Callable[[set[str]], list[Series]]:
-    def series(keys):
-        lines = []
-        for env in env_names(keys, metric):
-            lines.append(Series(f"ragen2/env/{env}/{metric}", f"{env} (train)", "train", env))
-            lines.append(Series(f"eval_ragen2/env/{env}/{metric}", f"{env} (validation)", "eval", env))
-        return lines
-
-    return series
-
-
-def _action_validity(keys: set[str]) -> list[Series]:
-    """Valid-action rate per env (train and validation), and the train format-error rate as a reference."""
-    lines = _per_env("valid_action_rate")(keys)
-    for env in env_names(keys, "format_error_rate"):
-        lines.append(Series(f"ragen2/env/{env}/format_error_rate", f"{env} format errors (train)", "reference", env))
-    return lines
-
-
-def _per_scope(*metrics: tuple[str, str, str]) -> Callable[[set[str]], list[Series]]:
-    """Lines for `ragen2/mi/<scope>/<metric>` in both scopes; each metric is (key suffix, label, role)."""
-    return lambda keys: [
-        Series(f"ragen2/mi/{scope}/{metric}", f"{label} ({scope.replace('_', '-')})", role, scope)
-        for scope in MI_SCOPES
-        for metric, label, role in metrics
-    ]
-
-
-PANELS = (
-    Panel(
-        "Reward",
-        "mean reward",
-        "reward, eval_reward",
-        _fixed(Series("reward", "train", "train", "reward"), Series("eval_reward", "validation", "eval", "reward")),
-    ),
-    Panel("Success rate", "success rate", "ragen2/env/<env>/success_rate", _per_env("success_rate")),
-    Panel("Episode return", "mean return", "ragen2/env/<env>/mean_return", _per_env("mean_return")),
-    Panel("Valid actions", "rate", "ragen2/env/<env>/valid_action_rate", _action_validity),
-    Panel(
-        "SNR filter: kept fraction",
-        "fraction",
-        "ragen2/filter/kept_fraction",
-        _fixed(
-            Series("ragen2/filter/kept_fraction", "prompt groups kept"),
-            Series("ragen2/filter/kept_variance_share", "reward-variance share kept", "reference"),
-        ),
-    ),
-    Panel(
-        "Retrieval accuracy",
-        "accuracy",
-        "ragen2/mi/<scope>/retrieval_acc",
-        _per_scope(("retrieval_acc", "Retrieval-Acc", "train"), ("retrieval_chance", "chance", "reference")),
-    ),
-    Panel("MI-Est", "nats/token", "ragen2/mi/<scope>/mi_est", _per_scope(("mi_est", "MI-Est", "train"))),
-    Panel(
-        "MI-ZScore",
-        "z-score",
-        "ragen2/mi/<scope>/mi_zscore(_ema)",
-        _per_scope(("mi_zscore", "MI-ZScore", "train"), ("mi_zscore_ema", "MI-ZScore-EMA", "reference")),
-    ),
-    Panel(
-        "Entropy",
-        "nats/token",
-        "entropy, ragen2/mi/<scope>/cond_entropy",
-        lambda keys: (
-            [Series("entropy", "token entropy (policy)")] + _per_scope(("cond_entropy", "H(Z|X)", "train"))(keys)
-        ),
-    ),
-    Panel(
-        "Step time",
-        "seconds",
-        "step_time",
-        lambda keys: (
-            [Series("step_time", "optimizer step")] + _per_scope(("time_s", "MI diagnostics", "reference"))(keys)
-        ),
-    ),
-)
-LINE_STYLES = {  # role -> Line2D keyword arguments
-    "train": dict(ls="-", marker="o", markersize=2.5, lw=1.4),
-    "eval": dict(ls="--", marker="s", markersize=4, lw=1.2),
-    "reference": dict(ls=":", marker=".", markersize=3, lw=1.2),
-}
-
-
-def panel_data(history, panels: Sequence[Panel] = PANELS) -> list[tuple[Panel, list[tuple[Series, list, list]]]]:
-    """For each panel: the series that have at least one finite value, with their `(steps, values)`."""
-    records = _records(history)
-    keys = {key for record in records for key in record}
-    result = []
-    for panel in panels:
-        lines = []
-        for series in panel.series(keys):
-            steps, values = metric_series(records, series.key) if series.key in keys else ([], [])
-            if values:
-                lines.append((series, steps, values))
-        result.append((panel, lines))
-    return result
-
-
-def missing_panels(history, panels: Sequence[Panel] = PANELS) -> list[Panel]:
-    """The panels the run has no data for (all their keys missing, None or NaN)."""
-    return [panel for panel, lines in panel_data(history, panels) if not lines]
 
 
 def plot_training_curves(history, panels: Sequence[Panel] = PANELS, title: str | None = None):
@@ -394,7 +260,7 @@ def plot_training_curves(history, panels: Sequence[Panel] = PANELS, title: str |
             (line,) = ax.plot(steps, values, label=series.label, color=color, **LINE_STYLES[series.role])
             line.set_gid(series.key)
         if panel.title == "Reward":
-            _shade_reward_std(ax, _records(history))
+            _shade_reward_std(ax, as_records(history))
         ax.set_title(panel.title)
         ax.set_xlabel("step")
         ax.set_ylabel(panel.ylabel)

@@ -66,6 +66,11 @@ class RunLogs:
         return metric_series(self.records, key)
 
 
+def as_records(history) -> list[dict]:
+    """The records of a [`RunLogs`], or a list of record dicts as given."""
+    return history.records if isinstance(history, RunLogs) else list(history)
+
+
 def _is_step(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

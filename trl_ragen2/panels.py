@@ -1,0 +1,148 @@
+"""What the training-curve figure of `trl_ragen2.plots` draws: its panels, their lines, and the data a run has.
+
+A [`Panel`] groups the logged keys that share an axis (reward, success rate per env, kept fraction, MI proxies per
+scope, ...); its `series(keys)` lists the [`Series`] (lines) it can draw from the keys a run logged, so per-env and
+per-scope lines appear for whatever envs and scopes the run has. Standard library only: no matplotlib here.
+
+```python
+from trl_ragen2.panels import missing_panels
+
+[panel.title for panel in missing_panels(records)]  # what the run has not logged (yet)
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .run_logs import MI_SCOPES, as_records, env_names, metric_series
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of a panel: a logged key, its legend label, its role ("train", "eval" or "reference", which set the
+    line style), and its colour group (lines of one env or one MI scope share a colour; default: the key)."""
+
+    key: str
+    label: str
+    role: str = "train"
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of the training curves: `series(keys)` lists the lines it can draw from a run's logged keys."""
+
+    title: str
+    ylabel: str
+    looks_for: str  # shown when the panel has no data
+    series: Callable[[set[str]], list[Series]] = field(repr=False)
+
+
+def _fixed(*series: Series) -> Callable[[set[str]], list[Series]]:
+    return lambda keys: list(series)
+
+
+def _per_env(metric: str) -> Callable[[set[str]], list[Series]]:
+    def series(keys):
+        lines = []
+        for env in env_names(keys, metric):
+            lines.append(Series(f"ragen2/env/{env}/{metric}", f"{env} (train)", "train", env))
+            lines.append(Series(f"eval_ragen2/env/{env}/{metric}", f"{env} (validation)", "eval", env))
+        return lines
+
+    return series
+
+
+def _action_validity(keys: set[str]) -> list[Series]:
+    """Valid-action rate per env (train and validation), and the train format-error rate as a reference."""
+    lines = _per_env("valid_action_rate")(keys)
+    for env in env_names(keys, "format_error_rate"):
+        lines.append(Series(f"ragen2/env/{env}/format_error_rate", f"{env} format errors (train)", "reference", env))
+    return lines
+
+
+def _per_scope(*metrics: tuple[str, str, str]) -> Callable[[set[str]], list[Series]]:
+    """Lines for `ragen2/mi/<scope>/<metric>` in both scopes; each metric is (key suffix, label, role)."""
+    return lambda keys: [
+        Series(f"ragen2/mi/{scope}/{metric}", f"{label} ({scope.replace('_', '-')})", role, scope)
+        for scope in MI_SCOPES
+        for metric, label, role in metrics
+    ]
+
+
+PANELS = (
+    Panel(
+        "Reward",
+        "mean reward",
+        "reward, eval_reward",
+        _fixed(Series("reward", "train", "train", "reward"), Series("eval_reward", "validation", "eval", "reward")),
+    ),
+    Panel("Success rate", "success rate", "ragen2/env/<env>/success_rate", _per_env("success_rate")),
+    Panel("Episode return", "mean return", "ragen2/env/<env>/mean_return", _per_env("mean_return")),
+    Panel("Valid actions", "rate", "ragen2/env/<env>/valid_action_rate", _action_validity),
+    Panel(
+        "SNR filter: kept fraction",
+        "fraction",
+        "ragen2/filter/kept_fraction",
+        _fixed(
+            Series("ragen2/filter/kept_fraction", "prompt groups kept"),
+            Series("ragen2/filter/kept_variance_share", "reward-variance share kept", "reference"),
+        ),
+    ),
+    Panel(
+        "Retrieval accuracy",
+        "accuracy",
+        "ragen2/mi/<scope>/retrieval_acc",
+        _per_scope(("retrieval_acc", "Retrieval-Acc", "train"), ("retrieval_chance", "chance", "reference")),
+    ),
+    Panel("MI-Est", "nats/token", "ragen2/mi/<scope>/mi_est", _per_scope(("mi_est", "MI-Est", "train"))),
+    Panel(
+        "MI-ZScore",
+        "z-score",
+        "ragen2/mi/<scope>/mi_zscore(_ema)",
+        _per_scope(("mi_zscore", "MI-ZScore", "train"), ("mi_zscore_ema", "MI-ZScore-EMA", "reference")),
+    ),
+    Panel(
+        "Entropy",
+        "nats/token",
+        "entropy, ragen2/mi/<scope>/cond_entropy",
+        lambda keys: (
+            [Series("entropy", "token entropy (policy)")] + _per_scope(("cond_entropy", "H(Z|X)", "train"))(keys)
+        ),
+    ),
+    Panel(
+        "Step time",
+        "seconds",
+        "step_time",
+        lambda keys: (
+            [Series("step_time", "optimizer step")] + _per_scope(("time_s", "MI diagnostics", "reference"))(keys)
+        ),
+    ),
+)
+LINE_STYLES = {  # role -> Line2D keyword arguments
+    "train": dict(ls="-", marker="o", markersize=2.5, lw=1.4),
+    "eval": dict(ls="--", marker="s", markersize=4, lw=1.2),
+    "reference": dict(ls=":", marker=".", markersize=3, lw=1.2),
+}
+
+
+def panel_data(history, panels: Sequence[Panel] = PANELS) -> list[tuple[Panel, list[tuple[Series, list, list]]]]:
+    """For each panel: the series that have at least one finite value, with their `(steps, values)`."""
+    records = as_records(history)
+    keys = {key for record in records for key in record}
+    result = []
+    for panel in panels:
+        lines = []
+        for series in panel.series(keys):
+            steps, values = metric_series(records, series.key) if series.key in keys else ([], [])
+            if values:
+                lines.append((series, steps, values))
+        result.append((panel, lines))
+    return result
+
+
+def missing_panels(history, panels: Sequence[Panel] = PANELS) -> list[Panel]:
+    """The panels the run has no data for (all their keys missing, None or NaN)."""
+    return [panel for panel, lines in panel_data(history, panels) if not lines]
