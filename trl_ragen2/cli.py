@@ -1,0 +1,212 @@
+"""The `trl-ragen2` command line: plot and summarise a training run from its logs.
+
+```
+trl-ragen2 plot out/webshop-grpo                  # PNGs into out/webshop-grpo/plots, paths on stdout
+trl-ragen2 plot out/webshop-grpo --scope first_turn --proxy mi_zscore --mi-threshold 1.0
+trl-ragen2 summary out/webshop-grpo               # last / mean / best of the key metrics
+trl-ragen2 summary out/webshop-grpo --json        # the same as JSON, for CI
+```
+
+A run's logs are its `trainer_state.json`, the newest `checkpoint-*/trainer_state.json`, or the `metrics.jsonl` of
+`trl_ragen2.tracking.MetricsJSONLCallback`, so a run can be looked at while it trains. Each subcommand is one
+`_add_<name>(subparsers)` function that registers its arguments and its handler; handlers return the exit status
+(0 ok, 1 nothing to show or bad input; argparse uses 2 for usage errors). Heavy imports happen inside handlers, so
+`--help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .run_logs import MI_SCOPES, format_summary, load_run_logs, summarize
+
+
+PROG = "trl-ragen2"
+
+# Kept here (not imported from plots) so that `--help` does not import matplotlib; tests check they match.
+PROXY_CHOICES = (
+    "mi_est",
+    "mi_seq_est",
+    "mi_zscore",
+    "mi_zscore_ema",
+    "mi_zscore_seq",
+    "mi_zscore_ema_seq",
+    "retrieval_acc",
+    "retrieval_above_chance",
+)
+ENTROPY_CHOICES = ("cond_entropy", "cond_entropy_seq")
+
+
+def _error(command: str, message) -> int:
+    print(f"{PROG} {command}: error: {message}", file=sys.stderr)
+    return 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# plot
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _add_plot(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plot",
+        help="write PNG figures of a run (training curves, reasoning regimes) and print their paths",
+        description="Write training_curves.png and regimes_<scope>.png for a run and print their paths. Figures "
+        "whose metrics the run did not log are skipped with a note on stderr.",
+    )
+    parser.add_argument("output_dir", metavar="OUTPUT_DIR", help="the run's output_dir (or one log file)")
+    parser.add_argument("--out", metavar="DIR", help="where to write the PNGs (default: OUTPUT_DIR/plots)")
+    parser.add_argument(
+        "--scope",
+        choices=MI_SCOPES,
+        help="MI scope of the regime plot (default: every scope the run logged)",
+    )
+    parser.add_argument(
+        "--proxy",
+        choices=PROXY_CHOICES,
+        default="mi_est",
+        help="MI proxy on the regime plot's MI axis (default: mi_est, the estimate of I(X;Z) in nats/token)",
+    )
+    parser.add_argument("--entropy", choices=ENTROPY_CHOICES, default="cond_entropy", help="entropy axis key")
+    parser.add_argument(
+        "--mi-threshold",
+        type=float,
+        help="MI boundary between the regimes (default 0.05 nats/token for mi_est; required for other proxies)",
+    )
+    parser.add_argument(
+        "--entropy-threshold", type=float, help="H(Z|X) boundary (default 0.5 nats/token for cond_entropy)"
+    )
+    parser.add_argument("--dpi", type=int, default=120, help="resolution of the PNGs (default: 120)")
+    parser.set_defaults(handler=_run_plot)
+
+
+def _run_plot(args) -> int:
+    from .plots import plot_run_report
+
+    report = plot_run_report(
+        args.output_dir,
+        args.out,
+        scopes=(args.scope,) if args.scope else MI_SCOPES,
+        proxy=args.proxy,
+        entropy=args.entropy,
+        mi_threshold=args.mi_threshold,
+        entropy_threshold=args.entropy_threshold,
+        dpi=args.dpi,
+    )
+    for line in report.missing:
+        print(f"note: {line}", file=sys.stderr)
+    if not report.paths:
+        return _error("plot", f"nothing to plot in {report.source}; see the notes above for the metrics looked for")
+    for path in report.paths:
+        print(path)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# summary
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _add_summary(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "summary",
+        help="print the last / mean / best values of a run's key metrics",
+        description="Print a table of the key metrics of a run (reward, success rates, kept fraction, MI, entropy, "
+        "step time) and the reasoning regime of its last MI diagnostic per scope.",
+    )
+    parser.add_argument("output_dir", metavar="OUTPUT_DIR", help="the run's output_dir (or one log file)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.set_defaults(handler=_run_summary)
+
+
+def _last_regimes(records: list[dict]) -> dict[str, dict]:
+    """Regime of the last MI diagnostic per scope, with the default MI-Est / H(Z|X) thresholds."""
+    scopes = [s for s in MI_SCOPES if any(f"ragen2/mi/{s}/mi_est" in r for r in records)]
+    if not scopes:
+        return {}
+    from .plots import classify_run, regime_points, regime_thresholds
+
+    mi_threshold, entropy_threshold = regime_thresholds()
+    regimes = {}
+    for scope in scopes:
+        classified = classify_run(records, scope)
+        if classified:
+            steps, mi, ent = regime_points(records, scope)
+            regimes[scope] = {
+                "step": steps[-1],
+                "regime": classified[-1][1],
+                "mi_est": mi[-1],
+                "cond_entropy": ent[-1],
+                "mi_threshold": mi_threshold,
+                "entropy_threshold": entropy_threshold,
+            }
+    return regimes
+
+
+def _run_summary(args) -> int:
+    logs = load_run_logs(args.output_dir)
+    rows = summarize(logs.records)
+    regimes = _last_regimes(logs.records)
+    if args.json:
+        summary = {
+            "source": str(logs.source),
+            "last_step": logs.last_step,
+            "records": len(logs.records),
+            "metrics": {
+                row.key: {k: getattr(row, k) for k in ("count", "last", "last_step", "mean", "best", "best_step")}
+                for row in rows
+            },
+            "regimes": regimes,
+        }
+        print(json.dumps(summary, indent=2))
+        return 0
+    header = f"{logs.source}: {len(logs.records)} log records, last step {logs.last_step}"
+    print(format_summary(rows, header) if rows else f"{header}\n(no key metric has a value yet)")
+    for scope, info in regimes.items():
+        print(
+            f"regime ({scope}, step {info['step']}): {info['regime']} "
+            f"[MI-Est {info['mi_est']:.4g} vs {info['mi_threshold']:g}, "
+            f"H(Z|X) {info['cond_entropy']:.4g} vs {info['entropy_threshold']:g}]"
+        )
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# entry point
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="RAGEN-2 for TRL: look at training runs (MI diagnostics, SNR filtering, rewards).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    _add_plot(subparsers)
+    _add_summary(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `trl-ragen2` with `argv` (default: `sys.argv[1:]`) and return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.handler(args)
+    except (
+        OSError,
+        ValueError,
+    ) as error:  # no logs (RunLogsNotFoundError), bad settings, malformed logs, unwritable --out
+        return _error(args.command, error)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
