@@ -31,7 +31,7 @@ def test_plot_subprocess_writes_pngs_and_prints_their_paths(run, tmp_path):
     for path in paths:
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    assert "note: training curves: no Episode return panel" in result.stderr
+    assert "note: training curves: no MI-ZScore panel" in result.stderr
 
 
 def test_help_lists_the_subcommands():

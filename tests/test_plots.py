@@ -16,7 +16,7 @@ from trl_ragen2.plots import (
     plot_training_curves,
     regime_thresholds,
 )
-from trl_ragen2.run_logs import RunLogsNotFoundError, load_run_logs, metric_series, read_log_file
+from trl_ragen2.run_logs import RunLogsNotFoundError, env_names, load_run_logs, metric_series, read_log_file
 from trl_ragen2.tracking import MetricsJSONLCallback
 
 
@@ -101,6 +101,17 @@ def test_training_curves_plot_exactly_the_logged_values():
     assert line(panel(figure, "Entropy"), f"{MI}/cond_entropy")[1] == [1.2, 1.0, 0.2, 0.1]
 
 
+def test_pooled_env_and_ppo_panels_appear_only_when_they_add_something():
+    one_env = [{"step": 1, "ragen2/env/sokoban/success_rate": 0.2, "ragen2/env/all/success_rate": 0.2}]
+    assert env_names(one_env[0], "success_rate") == ["sokoban"]  # "all" would repeat sokoban
+    two_envs = [{"step": 1, **one_env[0], "eval_ragen2/env/countdown/success_rate": 0.9}]
+    assert env_names(two_envs[0], "success_rate") == ["all", "countdown", "sokoban"]
+    ppo = [{"step": s, "ragen2/ppo/value_loss": 1.0 / s, "ragen2/ppo/explained_variance": None} for s in (1, 2)]
+    figure = plot_training_curves(ppo)
+    assert [ax.get_title() for ax in figure.axes] == ["PPO critic: value loss"]  # explained variance: all None
+    assert line(figure.axes[0], "ragen2/ppo/value_loss") == ([1, 2], [1.0, 0.5])
+
+
 def test_training_curves_without_any_metric_name_what_they_look_for():
     with pytest.raises(MissingMetricsError, match="ragen2/filter/kept_fraction"):
         plot_training_curves([{"step": 1, "loss": 0.3}, {"step": 2, "reward": None}])
@@ -176,7 +187,8 @@ def test_plot_run_writes_every_png_it_can(tmp_path, caplog):
         assert path.parent == run / "plots"
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     # the first-turn scope and panels without data are listed, not fatal
-    assert "ragen2/mi/first_turn/mi_est" in caplog.text and "Episode return" in caplog.text
+    assert "ragen2/mi/first_turn/mi_est" in caplog.text and "no MI-ZScore panel" in caplog.text
+    assert "Episode return" not in caplog.text  # optional panels (env rollouts, PPO) are not reported
 
 
 def test_plot_run_lists_missing_metrics_when_nothing_plots(tmp_path):

@@ -38,6 +38,7 @@ class Panel:
     ylabel: str
     looks_for: str  # shown when the panel has no data
     series: Callable[[set[str]], list[Series]] = field(repr=False)
+    optional: bool = False  # only some runs log it (PPO, env rollouts): not reported as missing
 
 
 def _fixed(*series: Series) -> Callable[[set[str]], list[Series]]:
@@ -80,8 +81,9 @@ PANELS = (
         _fixed(Series("reward", "train", "train", "reward"), Series("eval_reward", "validation", "eval", "reward")),
     ),
     Panel("Success rate", "success rate", "ragen2/env/<env>/success_rate", _per_env("success_rate")),
-    Panel("Episode return", "mean return", "ragen2/env/<env>/mean_return", _per_env("mean_return")),
-    Panel("Valid actions", "rate", "ragen2/env/<env>/valid_action_rate", _action_validity),
+    Panel("Episode return", "mean return", "ragen2/env/<env>/mean_return", _per_env("mean_return"), optional=True),
+    Panel("Valid actions", "rate", "ragen2/env/<env>/valid_action_rate", _action_validity, optional=True),
+    Panel("Turns per episode", "turns", "ragen2/env/<env>/turns", _per_env("turns"), optional=True),
     Panel(
         "SNR filter: kept fraction",
         "fraction",
@@ -120,6 +122,22 @@ PANELS = (
             [Series("step_time", "optimizer step")] + _per_scope(("time_s", "MI diagnostics", "reference"))(keys)
         ),
     ),
+    Panel(
+        "PPO critic: value loss",
+        "loss",
+        "ragen2/ppo/value_loss",
+        _fixed(
+            Series("ragen2/ppo/value_loss", "value loss"), Series("eval_ragen2/ppo/value_loss", "validation", "eval")
+        ),
+        optional=True,
+    ),
+    Panel(
+        "PPO critic: explained variance",
+        "explained variance",
+        "ragen2/ppo/explained_variance",
+        _fixed(Series("ragen2/ppo/explained_variance", "explained variance")),
+        optional=True,
+    ),
 )
 LINE_STYLES = {  # role -> Line2D keyword arguments
     "train": dict(ls="-", marker="o", markersize=2.5, lw=1.4),
@@ -144,5 +162,5 @@ def panel_data(history, panels: Sequence[Panel] = PANELS) -> list[tuple[Panel, l
 
 
 def missing_panels(history, panels: Sequence[Panel] = PANELS) -> list[Panel]:
-    """The panels the run has no data for (all their keys missing, None or NaN)."""
-    return [panel for panel, lines in panel_data(history, panels) if not lines]
+    """The non-optional panels the run has no data for (all their keys missing, None or NaN)."""
+    return [panel for panel, lines in panel_data(history, panels) if not lines and not panel.optional]
