@@ -127,7 +127,9 @@ class RagenRollout:
         mode = "train" if trainer.model.training else "eval"
         group_size = trainer.num_generations if mode == "train" else trainer.num_generations_eval
         specs = [EpisodeSpec.from_row(row) for row in self._rows_for(prompts, trainer)]
-        episodes = self.engine_for(trainer).run(specs, TrainerGeneration(trainer), group_size=group_size)
+        temperature = self.config.eval_temperature if mode == "eval" else None
+        generation = TrainerGeneration(trainer, temperature=temperature)
+        episodes = self.engine_for(trainer).run(specs, generation, group_size=group_size)
         self.last_episodes = episodes
         log_env_metrics(trainer, episodes, mode)
         logprobs = [e.logprobs for e in episodes]

@@ -60,6 +60,8 @@ class RolloutConfig:
             Added to the return once per turn whose reply does not parse or holds a rejected action.
         think_prefix (`str`, defaults to `"<think>"`):
             Text that primes every generation (appended to the generation prompt).
+        eval_temperature (`float`, *optional*):
+            Sampling temperature of evaluation rollouts (RAGEN validates at 0.5); `None` keeps the trainer's.
     """
 
     max_turns: int = 5
@@ -70,6 +72,7 @@ class RolloutConfig:
     max_completion_tokens: int | None = None
     format_penalty: float = -0.1
     think_prefix: str = THINK_OPEN
+    eval_temperature: float | None = None
 
     def __post_init__(self):
         for name in ("max_turns", "max_actions_per_turn", "max_tokens_per_turn"):

@@ -1,0 +1,28 @@
+# Developer shortcuts. `make test` is what CI runs (after installing `.[dev]`).
+.PHONY: test slow_tests gpu_tests quality style bench
+
+PYTEST_WORKERS ?= 2
+
+test:
+	python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not gpu" --timeout 900
+
+slow_tests:
+	python -m pytest -m "slow" --timeout 3600
+
+gpu_tests:
+	bash tests/gpu/run_gpu_checks.sh
+
+quality:
+	ruff check .
+	ruff format --check .
+
+style:
+	ruff check --fix .
+	ruff format .
+
+bench:
+	python benchmarks/filter_step_time.py
+	python benchmarks/env_throughput.py
+	python benchmarks/webshop.py
+	python benchmarks/cross_scoring.py
+	python benchmarks/ppo_step_time.py
