@@ -24,12 +24,12 @@ CPU smoke run (tiny offline model, a few steps, minutes):
 
 One GPU, paper defaults (Qwen2.5-3B-Instruct, vLLM colocate):
 
-    accelerate launch --config_file recipes/accelerate/single_gpu.yaml recipes/webshop.py \
+    accelerate launch --config_file recipes/accelerate/single_gpu.yaml recipes/webshop.py \\
         --config recipes/configs/webshop.yaml
 
 Eight GPUs with DeepSpeed ZeRO-3, LoRA, pushing checkpoints to the Hub:
 
-    accelerate launch --config_file recipes/accelerate/zero3.yaml recipes/webshop.py \
+    accelerate launch --config_file recipes/accelerate/zero3.yaml recipes/webshop.py \\
         --config recipes/configs/webshop.yaml --use_peft --lora_r 64 --push_to_hub --hub_model_id you/webshop-ragen2
 
 vLLM on separate GPUs: start `trl vllm-serve --model Qwen/Qwen2.5-3B-Instruct` (or `vllm serve`) and add
@@ -38,22 +38,10 @@ vLLM on separate GPUs: start `trl vllm-serve --model Qwen/Qwen2.5-3B-Instruct` (
 
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trl import ModelConfig, TrlParser, get_peft_config
-
-from trl_ragen2 import RagenRollout, env_return
-from trl_ragen2.recipe_utils import (
-    AgentScriptArguments,
-    algorithm_from_args,
-    build_datasets,
-    finish_run,
-    model_init_kwargs,
-    resolve_model_name,
-    trainer_classes,
-)
+from trl_ragen2.recipe_utils import AgentScriptArguments, parse_recipe_args, train_agent
 
 
 logger = logging.getLogger(__name__)
@@ -78,6 +66,7 @@ class WebShopScriptArguments(AgentScriptArguments):
 
 
 def webshop_env_config(script_args: WebShopScriptArguments) -> dict:
+    """Environment keywords: the chosen data folder, or the procedural catalogue when there is none."""
     config = dict(script_args.env_kwargs)
     data_dir = script_args.webshop_data_dir or os.environ.get("WEBSHOP_DATA_DIR")
     if data_dir is None and SHARED_CATALOGUE.is_dir():
@@ -92,61 +81,19 @@ def webshop_env_config(script_args: WebShopScriptArguments) -> dict:
 
 def main(script_args, training_args, model_args):
     ################
-    # Environment and datasets
+    # Environment
     ################
     from trl_ragen2_envs import make_env
 
     env_config = webshop_env_config(script_args)
     catalogue = make_env("webshop", **env_config).catalog_name
     logger.warning("WebShop catalogue: %s", catalogue)
-    train_dataset, eval_dataset = build_datasets(
-        "webshop", env_config, script_args.num_train_prompts, script_args.num_eval_prompts
-    )
 
     ################
-    # Model and trainer
+    # Training, evaluation, model card
     ################
-    training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
-    trainer_cls, _ = trainer_classes(script_args.algorithm)
-    trainer = trainer_cls(
-        model=resolve_model_name(model_args.model_name_or_path),
-        reward_funcs=env_return,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset if training_args.eval_strategy != "no" else None,
-        peft_config=get_peft_config(model_args),
-        rollout_func=RagenRollout(script_args.rollout_config()),
-    )
-
-    ################
-    # Training
-    ################
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    metrics = finish_run(
-        trainer,
-        script_args,
-        training_args,
-        details={
-            "Environment": "WebShop (RAGEN protocol)",
-            "Catalogue": catalogue,
-            "Algorithm": script_args.algorithm,
-        },
-    )
-    if trainer.is_world_process_zero():
-        print_summary(trainer, metrics)
-
-
-def print_summary(trainer, metrics):
-    keys = ["ragen2/filter/kept_fraction", "reward", "ragen2/env/webshop/success_rate",
-            "eval_ragen2/env/webshop/success_rate", "ragen2/mi/first_turn/retrieval_acc"]  # fmt: skip
-    print(f"steps: {trainer.state.global_step}")
-    for key in keys:
-        if key in metrics:
-            print(f"{key}: {metrics[key]:.4f}")
+    train_agent(script_args, training_args, model_args, env_config=env_config, details={"Catalogue": catalogue})
 
 
 if __name__ == "__main__":
-    config_cls = trainer_classes(algorithm_from_args(sys.argv[1:]))[1]
-    parser = TrlParser((WebShopScriptArguments, config_cls, ModelConfig))
-    script_args, training_args, model_args = parser.parse_args_and_config()
-    main(script_args, training_args, model_args)
+    main(*parse_recipe_args(WebShopScriptArguments))

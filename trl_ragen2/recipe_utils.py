@@ -187,3 +187,66 @@ def algorithm_from_args(argv: list[str]) -> str:
             with open(path) as f:
                 return (yaml.safe_load(f) or {}).get("algorithm", "grpo")
     return "grpo"
+
+
+def parse_recipe_args(script_args_cls, argv: list[str] | None = None):
+    """Parse `(script args, trainer config, ModelConfig)` with `TrlParser`, choosing the config class by algorithm."""
+    import sys
+
+    from trl import ModelConfig, TrlParser
+
+    argv = sys.argv[1:] if argv is None else argv
+    config_cls = trainer_classes(algorithm_from_args(argv))[1]
+    parser = TrlParser((script_args_cls, config_cls, ModelConfig))
+    return parser.parse_args_and_config(args=argv)
+
+
+def train_agent(script_args, training_args, model_args, *, env_config: dict[str, Any] | None = None,
+                details: dict[str, str] | None = None):  # fmt: skip
+    """Build the datasets, the trainer and the RAGEN rollout, train, and finish the run (see [`finish_run`]).
+
+    Returns `(trainer, final metrics)`.
+    """
+    from trl import get_peft_config
+
+    from .agent_rollout import RagenRollout, env_return
+    from .tracking import MetricsJSONLCallback
+
+    env_config = script_args.env_kwargs if env_config is None else env_config
+    train_dataset, eval_dataset = build_datasets(
+        script_args.env_name, env_config, script_args.num_train_prompts, script_args.num_eval_prompts
+    )
+    training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
+    trainer_cls = trainer_classes(script_args.algorithm)[0]
+    trainer = trainer_cls(
+        model=resolve_model_name(model_args.model_name_or_path),
+        reward_funcs=env_return,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset if training_args.eval_strategy != "no" else None,
+        peft_config=get_peft_config(model_args),
+        rollout_func=RagenRollout(script_args.rollout_config()),
+        callbacks=[MetricsJSONLCallback()],  # output_dir/metrics.jsonl: plots of a run still in progress
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    details = {"Environment": script_args.env_name, "Algorithm": script_args.algorithm, **(details or {})}
+    metrics = finish_run(trainer, script_args, training_args, details)
+    if trainer.is_world_process_zero():
+        print_summary(trainer, metrics, script_args.env_name)
+    return trainer, metrics
+
+
+def print_summary(trainer, metrics: dict[str, float], env_name: str) -> None:
+    """Print the run's headline numbers: steps, kept fraction, reward, success rates, MI."""
+    keys = [
+        "ragen2/filter/kept_fraction",
+        "reward",
+        f"ragen2/env/{env_name}/success_rate",
+        f"eval_ragen2/env/{env_name}/success_rate",
+        "ragen2/mi/first_turn/retrieval_acc",
+        "ragen2/mi/trajectory/mi_zscore_ema",
+    ]
+    print(f"steps: {trainer.state.global_step}")  # noqa: T201
+    for key in keys:
+        if key in metrics:
+            print(f"{key}: {metrics[key]:.4f}")  # noqa: T201

@@ -1,0 +1,67 @@
+"""The recipes run end to end on CPU with the tiny offline model (subprocesses, as a user launches them)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ROOT / "recipes"
+
+
+def run(command, tmp_path, timeout=600):
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+        "TRL_RAGEN2_CACHE": str(tmp_path / "cache"),
+    }
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return result.stdout
+
+
+def test_webshop_cpu_preset_two_steps(tmp_path):
+    out = tmp_path / "webshop"
+    stdout = run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", str(RECIPES / "webshop.py"),
+         "--config", str(RECIPES / "configs" / "webshop_cpu.yaml"), "--max_steps", "2", "--eval_steps", "2",
+         "--output_dir", str(out)],
+        tmp_path,
+    )  # fmt: skip
+    assert "steps: 2" in stdout
+    summary = json.loads((out / "run_summary.json").read_text())
+    catalogue = summary["details"]["Catalogue"]
+    assert catalogue.startswith(("webshop-small-1k", "procedural-"))
+    metrics = summary["final_metrics"]
+    assert "ragen2/filter/kept_fraction" in metrics and "eval_ragen2/env/webshop/success_rate" in metrics
+    card = (out / "README.md").read_text()
+    assert "2604.06268" in card and f"Catalogue: {catalogue}" in card
+    assert (out / "plots" / "training_curves.png").stat().st_size > 0
+    assert (out / "metrics.jsonl").exists() and (out / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("task", ["sokoban", "frozen_lake", "countdown", "metamathqa", "searchqa", "deepcoder"])
+def test_task_recipe_one_step(tmp_path, task):
+    out = tmp_path / task
+    stdout = run(
+        [sys.executable, str(RECIPES / f"{task}.py"), "--config", str(RECIPES / "configs" / "agent_cpu.yaml"),
+         "--max_steps", "1", "--eval_strategy", "no", "--write_plots", "false", "--output_dir", str(out)],
+        tmp_path,
+    )  # fmt: skip
+    assert "steps: 1" in stdout
+    metrics = json.loads((out / "run_summary.json").read_text())["final_metrics"]
+    assert f"ragen2/env/{task}/success_rate" in metrics
+
+
+def test_recipe_rejects_bad_algorithm(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(RECIPES / "sokoban.py"), "--algorithm", "dqn", "--output_dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "algorithm must be one of ('grpo', 'ppo'), got 'dqn'" in result.stderr
