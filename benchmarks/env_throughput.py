@@ -10,6 +10,9 @@ trivial Python call per action, the least any `step` can cost. Discrete environm
 from `action_vocabulary()`; free-form ones with a fixed plausible answer. Episodes that end are reset, and the
 reset time is left out of the step figures (room generation is measured in its own section).
 
+The last section times the rollout's own work per turn (parsing, env steps, feedback rendering through the chat
+template, span bookkeeping) with generation replaced by a fixed reply.
+
 Targets: >= 20,000 steps/s on one core for Sokoban and FrozenLake, and a median 6x6 one-box Sokoban room
 generation of <= 5 ms. The script exits with status 1 when a target is missed.
 
@@ -196,7 +199,49 @@ def bench_sokoban_generation(args, baseline_ns: float) -> list[Row]:
     ]
 
 
-SECTIONS = [bench_env_steps, bench_sokoban_generation]
+# ----------------------------------------------------------------------------------------------------------------
+# Section: rollout overhead per turn, generation excluded
+
+
+def bench_rollout_overhead(args, baseline_ns: float) -> list[Row]:
+    """Cost of one RAGEN turn around the model: decode, parse, env steps, feedback rendering, span bookkeeping.
+
+    The backend returns a fixed, pre-tokenised reply (two Sokoban moves), so generation costs nothing here.
+    """
+    from trl_ragen2.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
+    from trl_ragen2.tiny import make_tiny_tokenizer
+
+    tokenizer = make_tiny_tokenizer()
+    reply = tokenizer.encode("Push the box. </think><answer>Up || Left</answer>") + [tokenizer.eos_token_id]
+
+    def fixed_reply(prompt_ids, max_new_tokens, **kwargs):
+        return [reply] * len(prompt_ids), None
+
+    engine = RolloutEngine(tokenizer, RolloutConfig(max_turns=5, max_actions_per_turn=2))
+    specs = [EpisodeSpec("sokoban", seed) for seed in range(args.rollout_episodes)]
+    engine.run(specs[:4], fixed_reply)  # warm-up (imports, template compilation)
+    start = time.perf_counter_ns()
+    episodes = engine.run(specs, fixed_reply)
+    elapsed = time.perf_counter_ns() - start
+    turns = sum(episode.turns for episode in episodes)
+    per_turn_us = elapsed / turns / 1e3
+    env = get_env_class("sokoban")()
+    env.reset(seed=0)
+    steps, seconds = time_steps(env, ["Up", "Left", "Down", "Right"], 0.5, seed=0)
+    step_us = seconds / steps * 1e6
+    return [
+        Row(
+            "rollout (sokoban)",
+            "overhead per turn",
+            per_turn_us,
+            "us",
+            vs_baseline=per_turn_us * 1e3 / baseline_ns,
+            note=f"{turns} turns of {len(specs)} episodes incl. resets; {per_turn_us / step_us:,.0f}x one env step",
+        ),
+    ]
+
+
+SECTIONS = [bench_env_steps, bench_sokoban_generation, bench_rollout_overhead]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -222,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs", nargs="*", help="environments to step (default: every registered one)")
     parser.add_argument("--seconds", type=float, default=2.0, help="step time measured per environment")
     parser.add_argument("--rooms", type=int, default=300, help="Sokoban rooms generated for the timing")
+    parser.add_argument("--rollout-episodes", type=int, default=64, help="episodes for the rollout overhead")
     parser.add_argument("--json", help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
 

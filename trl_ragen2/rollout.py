@@ -24,6 +24,7 @@ episodes, and with several processes every process makes the same number of call
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -159,32 +160,47 @@ def render_prompt_ids(tokenizer, messages, think_prefix: str, chat_template_kwar
 def feedback_ids(tokenizer, user_content: str, think_prefix: str, chat_template_kwargs: dict | None = None):
     """Ids that close an assistant turn and open the next one, exactly as the chat template renders them.
 
-    A dummy conversation is rendered with and without the next user message; the difference, starting right after
-    the assistant's end-of-turn token (which the model generated itself), is the feedback.
+    A dummy conversation is rendered with and without a next user message; the difference, starting right after
+    the assistant's end-of-turn token (which the model generated itself), is the feedback. The template is rendered
+    once per tokenizer with a placeholder message, and the real message is put in its place.
     """
-    kwargs = chat_template_kwargs or {}
-    dummy = [
-        {"role": "system", "content": "S"},
-        {"role": "user", "content": "U"},
-        {"role": "assistant", "content": "A"},
-    ]
-    base = tokenizer.apply_chat_template(dummy, tokenize=False, **kwargs)
-    full = tokenizer.apply_chat_template(
-        [*dummy, {"role": "user", "content": user_content}], tokenize=False, add_generation_prompt=True, **kwargs
-    )
-    if not full.startswith(base):
-        raise ValueError(
-            "the chat template is not prefix-preserving (rendering a conversation changes how earlier turns look), "
-            "so multi-turn token ids cannot be kept exact; use a template that keeps earlier turns unchanged "
-            "(e.g. TRL's qwen2_5, or the model's *_training template from trl/chat_templates)"
+    before, after = _feedback_template(tokenizer, json.dumps(chat_template_kwargs or {}, sort_keys=True))
+    return tokenizer.encode(before + user_content + after + think_prefix, add_special_tokens=False)
+
+
+_PLACEHOLDER = "\x00user message\x00"
+_FEEDBACK_TEMPLATES: dict[tuple[int, str], tuple[str, str]] = {}
+
+
+def _feedback_template(tokenizer, kwargs_key: str) -> tuple[str, str]:
+    key = (id(tokenizer), tokenizer.chat_template or "", kwargs_key)
+    if key not in _FEEDBACK_TEMPLATES:
+        kwargs = json.loads(kwargs_key)
+        dummy = [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "U"},
+            {"role": "assistant", "content": "A"},
+        ]
+        base = tokenizer.apply_chat_template(dummy, tokenize=False, **kwargs)
+        full = tokenizer.apply_chat_template(
+            [*dummy, {"role": "user", "content": _PLACEHOLDER}], tokenize=False, add_generation_prompt=True, **kwargs
         )
-    end_of_turn = base.rfind(tokenizer.eos_token) + len(tokenizer.eos_token)
-    if end_of_turn < len(tokenizer.eos_token):
-        raise ValueError(
-            f"the chat template does not end assistant turns with the EOS token {tokenizer.eos_token!r}; set the "
-            "tokenizer's eos_token to the template's end-of-turn marker"
-        )
-    return tokenizer.encode(base[end_of_turn:] + full[len(base) :] + think_prefix, add_special_tokens=False)
+        if not full.startswith(base) or full.count(_PLACEHOLDER) != 1:
+            raise ValueError(
+                "the chat template is not prefix-preserving (rendering a conversation changes how earlier turns "
+                "look), so multi-turn token ids cannot be kept exact; use a template that keeps earlier turns "
+                "unchanged (e.g. TRL's qwen2_5, or the model's *_training template from trl/chat_templates)"
+            )
+        end_of_turn = base.rfind(tokenizer.eos_token)
+        if end_of_turn < 0:
+            raise ValueError(
+                f"the chat template does not end assistant turns with the EOS token {tokenizer.eos_token!r}; set "
+                "the tokenizer's eos_token to the template's end-of-turn marker"
+            )
+        suffix = base[end_of_turn + len(tokenizer.eos_token) :] + full[len(base) :]
+        before, after = suffix.split(_PLACEHOLDER)
+        _FEEDBACK_TEMPLATES[key] = (before, after)
+    return _FEEDBACK_TEMPLATES[key]
 
 
 def reasoning_span(tokenizer, reply_ids: Sequence[int], start: int) -> tuple[int, int]:
