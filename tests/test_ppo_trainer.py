@@ -313,17 +313,21 @@ def test_lora_critic_beside_a_lora_policy(tmp_path, tiny_tokenizer):
     from peft import LoraConfig
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
-    trainer = SNRFilteredPPOTrainer(
-        model=make_tiny_model(tiny_tokenizer, seed=0),
-        reward_funcs=parity_reward_for(AMPLITUDES),
-        args=make_args(tmp_path),
-        train_dataset=dataset(AMPLITUDES),
-        processing_class=tiny_tokenizer,
-        peft_config=lora,
-        critic_peft_config=lora,
-    )
+
+    def lora_trainer():
+        trainer = SNRFilteredPPOTrainer(
+            model=make_tiny_model(tiny_tokenizer, seed=0),
+            reward_funcs=parity_reward_for(AMPLITUDES),
+            args=make_args(tmp_path, save_strategy="steps", save_steps=1),
+            train_dataset=dataset(AMPLITUDES),
+            processing_class=tiny_tokenizer,
+            peft_config=lora,
+            critic_peft_config=lora,
+        )
+        return script_generation(trainer)
+
+    trainer = lora_trainer()
     assert not any("score" in key for key in trainer.model.state_dict()), "the policy's adapters hold no critic"
-    script_generation(trainer)
     trainable = [name for name, p in trainer.critic.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in name or "score" in name for name in trainable)
     assert any("score" in name for name in trainable), "the new value head is trained in full"
@@ -332,6 +336,12 @@ def test_lora_critic_beside_a_lora_policy(tmp_path, tiny_tokenizer):
     moved = changed(before, trainer.critic)
     assert any("lora_B" in name for name in moved) and any("score" in name for name in moved)
     assert all(name in trainable for name in moved)
+    # the checkpoint holds the critic's adapters and head, and a resumed run restores them
+    assert (tmp_path / "out" / "checkpoint-1" / "critic" / "adapter_model.safetensors").exists()
+    resumed = lora_trainer()
+    resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1"))
+    for (name, a), b in zip(trainer.critic.named_parameters(), resumed.critic.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)
 
 
 def value_model(tokenizer, num_labels=1):

@@ -406,9 +406,11 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the policy to `output_dir` (as TRL does) and the critic beside it, in `output_dir/critic`."""
         output_dir = output_dir or self.args.output_dir
+        # Every process takes part (a sharded critic is gathered); the main one writes. First, so that a
+        # push_to_hub inside TRL's save_model uploads the critic too.
+        state_dict = self.accelerator.get_state_dict(self.critic)
         if self.args.should_save:
-            # first, so that a push_to_hub inside TRL's save_model uploads it too
-            self.unwrapped_critic.save_pretrained(os.path.join(output_dir, CRITIC_DIR))
+            self.unwrapped_critic.save_pretrained(os.path.join(output_dir, CRITIC_DIR), state_dict=state_dict)
         super().save_model(output_dir, _internal_call)
 
     def save_ragen2_state(self, checkpoint_dir: str) -> None:
