@@ -427,3 +427,59 @@ def test_config_defaults_follow_the_paper(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="trl_ragen2.ppo_config"):
         args = make_args(tmp_path, scale_rewards="group")
     assert args.scale_rewards == "none" and "has no effect in PPO" in caplog.text
+
+
+def test_sokoban_rollouts_train_ppo_with_turn_rewards(tmp_path, tiny_tokenizer):
+    """End to end with the RAGEN multi-turn rollout: feedback tokens carry nothing, each turn's reward is paid at its
+    last model token, and the return target of a turn is the reward still to come (gamma = lambda = 1)."""
+    from trl_ragen2.agent_rollout import RagenRollout, env_return
+    from trl_ragen2.rollout import RolloutConfig
+    from trl_ragen2_envs.datasets import build_rows
+
+    trainer = SNRFilteredPPOTrainer(
+        model=make_tiny_model(tiny_tokenizer, seed=0),
+        reward_funcs=env_return,
+        args=make_args(
+            tmp_path,
+            per_device_train_batch_size=8,
+            max_completion_length=512,
+            use_turn_rewards=True,
+            whiten_advantages=False,
+            reward_variance_filtering=None,
+        ),  # fmt: skip
+        train_dataset=Dataset.from_list(build_rows("sokoban", "train", 8)),
+        processing_class=tiny_tokenizer,
+        rollout_func=RagenRollout(RolloutConfig(max_turns=2)),
+    )
+    replies = ["go</think><answer>Up || Left</answer>", "go</think><answer>Down</answer>", "babble", "babble"]
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        encoded = [tiny_tokenizer.encode(replies[i % 4], add_special_tokens=False) for i in range(len(prompt_ids))]
+        return [ids + [tiny_tokenizer.eos_token_id] for ids in encoded], None
+
+    trainer._generate_single_turn = generate
+    captured = []
+    add_gae = trainer._add_gae_advantages
+
+    def recording_add_gae(batch, inputs, rows):
+        add_gae(batch, inputs, rows)
+        captured.append((batch, inputs, rows))
+
+    trainer._add_gae_advantages = recording_add_gae
+    trainer.train()
+
+    batch, inputs, rows = captured[0]
+    checked_turns = 0
+    for i, row in enumerate(rows):
+        spans, turn_rewards = inputs[row]["turn_spans"], inputs[row]["turn_rewards"]
+        assert len(spans) == 2, "two turns each (max_turns=2)"
+        model_tokens = batch["tool_mask"][i] * batch["completion_mask"][i]
+        assert torch.all(batch["returns"][i][model_tokens == 0] == 0), "feedback and padding carry no return"
+        for k, (start, end) in enumerate(spans):
+            reward_to_go = sum(turn_rewards[k:])
+            assert batch["returns"][i, start].item() == pytest.approx(reward_to_go, abs=1e-5)
+            assert batch["returns"][i, end - 1].item() == pytest.approx(reward_to_go, abs=1e-5)
+            checked_turns += 1
+        assert batch["returns"][i, spans[0][0]].item() == pytest.approx(inputs[row]["ragen2_return"], abs=1e-5)
+    assert checked_turns == 16
+    assert len({tuple(r) for r in (inputs[row]["turn_rewards"] for row in rows)}) > 1, "turn rewards differ"
