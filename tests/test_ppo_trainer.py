@@ -158,6 +158,33 @@ def test_filter_off_actor_loss_is_trls_with_token_level_advantages(tmp_path, tin
     assert not any(key.startswith("ragen2/filter") for key in trainer.state.log_history[0])
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_iterations": 2, "max_steps": 2, "cliprange_value": 1e-3},
+        {
+            "gradient_accumulation_steps": 2,
+            "per_device_train_batch_size": 4,
+            "steps_per_generation": 4,
+            "max_steps": 2,
+        },
+        {"gradient_checkpointing": True},
+        {"loss_type": "grpo", "gamma": 0.9, "lam": 0.95},
+    ],
+    ids=["num_iterations", "steps_per_generation", "gradient_checkpointing", "loss_grpo_discounted"],
+)
+def test_training_options(tmp_path, tiny_tokenizer, options):
+    trainer = ppo_trainer(tmp_path, tiny_tokenizer, **options)
+    actor_before, critic_before = snapshot(trainer.model), snapshot(trainer.critic)
+    trainer.train()
+    assert changed(actor_before, trainer.model) and changed(critic_before, trainer.critic)
+    logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert len(logs) == options.get("max_steps", 1)
+    if options.get("num_iterations") == 2:
+        # the second pass over the batch starts from moved values: a tiny clip range clips them
+        assert logs[0]["ragen2/ppo/value_clipfrac"] == 0.0 and logs[1]["ragen2/ppo/value_clipfrac"] > 0.5
+
+
 def test_empty_filter_steps_change_neither_actor_nor_critic(tmp_path, tiny_tokenizer):
     flat = dict.fromkeys(AMPLITUDES, 0.0)  # every rollout earns 0: no group has variance
     trainer = ppo_trainer(
