@@ -15,10 +15,11 @@ class RecordingScorer:
     """Scores with the transformers engine and records what it was asked to score."""
 
     def __init__(self, model):
-        self.inner, self.calls = TransformersCrossScorer(model), []
+        self.inner, self.calls, self.pairs_scored = TransformersCrossScorer(model), [], []
 
     def score(self, contexts, chains, mask=None, **kwargs):
         self.calls.append((contexts, chains))
+        self.pairs_scored.append(len(contexts) * len(chains) if mask is None else int(mask.sum()))
         return self.inner.score(contexts, chains, mask, **kwargs)
 
 
@@ -93,6 +94,20 @@ def test_scopes_build_the_right_pairs(tiny_model, tiny_tokenizer):
     assert 1 / pairs <= metrics["ragen2/mi/trajectory/retrieval_chance"] < 1  # repeated draws mark `same` columns
     finite = [k for k, v in metrics.items() if math.isfinite(v)]
     assert len(finite) == len(metrics)
+
+
+def test_scopes_share_scores_within_a_batch(tiny_model, tiny_tokenizer):
+    single_turn = [(user, segments[:1]) for user, segments in ROLLOUTS]
+    batch, _, _ = build_batch(tiny_tokenizer, single_turn)
+    scorer = RecordingScorer(tiny_model)
+    metrics = MIDiagnostics().compute(batch, None, tokenizer=tiny_tokenizer, scorer=scorer)
+    # every row is in the first-turn sample, so the single-turn trajectory draws repeat already-scored pairs
+    assert scorer.pairs_scored == [3 * 2, 0]
+    fresh = MIDiagnostics(MIDiagnosticsConfig(scopes=("trajectory",))).compute(
+        batch, None, tokenizer=tiny_tokenizer, scorer=TransformersCrossScorer(tiny_model)
+    )
+    for key in ("mi_est", "retrieval_acc", "marginal_seq"):
+        assert metrics[f"ragen2/mi/trajectory/{key}"] == pytest.approx(fresh[f"ragen2/mi/trajectory/{key}"], abs=1e-9)
 
 
 def test_rollout_turn_spans_take_precedence(tiny_model, tiny_tokenizer):

@@ -233,6 +233,7 @@ class MIDiagnostics:
         except Exception as exc:  # reported below on every process, never raised mid-collective
             error = f"reading the batch failed: {exc!r}"
         infos, offset, errors = gather_rows(local, error, group)
+        memo = {}  # (context, chain) -> score, shared by the scopes of this batch
         metrics = {}
         for scope in self.config.scopes:
             if errors:
@@ -252,6 +253,7 @@ class MIDiagnostics:
                     num_negatives=self.config.num_negatives,
                     negative_sampling=self.config.negative_sampling,
                     sync_forwards=sync_forwards,
+                    memo=memo,
                 )
             metrics.update(
                 {f"ragen2/mi/{scope}/{key}": value for key, value in self._scope_metrics(scope, result).items()}

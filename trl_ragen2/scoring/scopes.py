@@ -127,8 +127,13 @@ def score_scope(
     num_negatives: int | None = None,
     negative_sampling: str = "random",
     sync_forwards: bool = False,
+    memo: dict | None = None,
 ) -> ScopeResult:
-    """Collectives 2-4 for one scope (see the module docstring); every process must call it."""
+    """Collectives 2-4 for one scope (see the module docstring); every process must call it.
+
+    `memo` maps `(context, chain)` token tuples to scores already computed for this batch; pass the same dict to
+    every scope of a batch (never across batches: the weights change).
+    """
     began = time.perf_counter()
     generator = scope_generator(seed, step, scope)
     error, pairs, prompts = None, [], []
@@ -161,18 +166,24 @@ def score_scope(
     rows: list = []
     if not errors and kept:
         try:
+            negatives_fn = None
+            if num_negatives is not None:
+                keys = [draw.index for draw, _ in mine]
+
+                def negatives_fn(own):
+                    return select_negatives(
+                        own, contexts, num_negatives, negative_sampling, seed=seed * 7919 + step, keys=keys
+                    )
+
             rows = _score_local(
                 mine,
                 contexts,
                 column_context,
                 column_of_draw,
                 scorer,
-                group,
-                num_negatives,
-                negative_sampling,
-                seed,
-                step,
-                sync_forwards,
+                negatives_fn=negatives_fn,
+                sync=group.max if sync_forwards else None,
+                memo=memo if memo is not None else {},
             )
         except Exception as exc:
             error = f"scoring failed: {exc!r}"
@@ -203,38 +214,33 @@ def score_scope(
     return result
 
 
-def _score_local(
-    mine,
-    contexts,
-    column_context,
-    column_of_draw,
-    scorer,
-    group,
-    num_negatives,
-    negative_sampling,
-    seed,
-    step,
-    sync_forwards,
-):
+def _score_local(mine, contexts, column_context, column_of_draw, scorer, *, negatives_fn, sync, memo):
     """Score this process's chains; returns `[(draw index, length, own column, score row)]`.
 
-    Full mode: the score row is over the distinct contexts (expanded to columns after the gather). Negatives mode:
-    the row is [own, negative_1, ..., negative_K] over distinct contexts.
+    Full mode: the score row is over the distinct contexts (expanded to columns after the gather). Negatives mode
+    (`negatives_fn` given): the row is [own, negative_1, ..., negative_K] over distinct contexts. Pairs already in
+    `memo` (scored earlier for the same batch, e.g. by the other scope) are not scored again.
     """
     unique_chains, chain_index = unique_contexts([chain for _, chain in mine])
     own_context = [column_context[column_of_draw[draw.index]] for draw, _ in mine]
-    mask = None
-    negatives = None
-    if num_negatives is not None:
-        keys = [draw.index for draw, _ in mine]
-        negatives = select_negatives(
-            own_context, contexts, num_negatives, negative_sampling, seed=seed * 7919 + step, keys=keys
-        )
-        mask = torch.zeros(len(unique_chains), len(contexts), dtype=torch.bool)
+    negatives = negatives_fn(own_context) if negatives_fn is not None else None
+    wanted = torch.ones(len(unique_chains), len(contexts), dtype=torch.bool)
+    if negatives is not None:
+        wanted[:] = False
         for n, (own, negs) in enumerate(zip(own_context, negatives, strict=True)):
-            mask[chain_index[n], [own, *negs]] = True
-    sync = group.max if sync_forwards else None
-    scores = scorer.score(contexts, unique_chains, mask, forward_calls_sync=sync)[chain_index]  # (n_local, U)
+            wanted[chain_index[n], [own, *negs]] = True
+    context_keys = [tuple(context) for context in contexts]
+    known = torch.full(wanted.shape, float("nan"), dtype=torch.float64)
+    for u, chain in enumerate(unique_chains):
+        chain_key = tuple(chain)
+        for c in wanted[u].nonzero().flatten().tolist():
+            known[u, c] = memo.get((context_keys[c], chain_key), float("nan"))
+    todo = wanted & torch.isnan(known)
+    scores = scorer.score(contexts, unique_chains, todo, forward_calls_sync=sync)  # (U_chains, U_contexts)
+    scores = torch.where(todo, scores, known)
+    for u, c in todo.nonzero().tolist():
+        memo[(context_keys[c], tuple(unique_chains[u]))] = scores[u, c].item()
+    scores = scores[chain_index]  # (n_local, U_contexts)
     if negatives is not None:
         scores, _ = negatives_matrix(scores, own_context, negatives)
         own_column = [0] * len(mine)

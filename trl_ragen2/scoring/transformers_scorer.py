@@ -87,10 +87,14 @@ def scoring_mode(model: torch.nn.Module):
 
 def _expand_cache(cache, rows: int):
     """A cache holding `rows` copies of a 1-row prefix cache, without copying the prefix where possible."""
-    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+    try:
+        from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+        viewable = (DynamicLayer, DynamicSlidingWindowLayer)
+    except ImportError:  # transformers versions without per-layer cache objects
+        viewable = ()
     layers = getattr(cache, "layers", None)
-    if layers is not None and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers):
+    if viewable and layers is not None and all(type(layer) in viewable for layer in layers):
         expanded = copy.copy(cache)
         expanded.layers = []
         for layer in layers:
