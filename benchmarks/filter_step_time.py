@@ -76,7 +76,7 @@ def run_variant(args) -> dict:
     trainer = trainer_cls(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
                           processing_class=tokenizer)  # fmt: skip
 
-    token = tokenizer.encode(" x")[0]
+    token = tokenizer.encode("x")[0]
 
     def scripted(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # lengths alternate between L and L + 1 within a group, so parity rewards differ inside varying groups

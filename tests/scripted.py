@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 
-def script_generation(trainer, token: str = " x"):
+def script_generation(trainer, token: str = "x"):
     tokenizer = trainer.processing_class
     token_id = tokenizer.encode(token)[0]
 

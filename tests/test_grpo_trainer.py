@@ -2,6 +2,7 @@
 
 import json
 import logging
+import math
 from collections import Counter
 
 import pytest
@@ -195,6 +196,37 @@ def test_resume_restores_filter_state(tmp_path, tiny_tokenizer):
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert resumed.state.global_step == 3
     assert resumed.filter_state.empty_steps == 3 and resumed.filter_state.consecutive_empty_steps == 3
+
+
+def test_mi_diagnostics_run_on_the_pre_filter_batch_and_resume(tmp_path, tiny_tokenizer):
+    trainer = scripted_trainer(
+        tmp_path, tiny_tokenizer, max_steps=2, mi_every_n_steps=1, save_strategy="steps", save_steps=1,
+        mi_num_samples=8,
+    )  # fmt: skip
+    trainer.train()
+    logs = trainer.state.log_history[0]
+    # all 4 prompts are distinct columns of the first-turn scope, although the filter keeps only one group
+    assert logs["ragen2/mi/first_turn/mi_upper_bound"] == pytest.approx(math.log(4))
+    assert logs["ragen2/mi/first_turn/num_pairs"] == 8
+    for key in ("retrieval_acc", "mi_est", "mi_zscore", "cond_entropy", "mi_zscore_ema"):
+        assert math.isfinite(logs[f"ragen2/mi/first_turn/{key}"])
+    saved = json.loads((tmp_path / "out" / "checkpoint-2" / "mi_diagnostics_state.json").read_text())
+
+    assert saved["ema"]["first_turn"]["sigma"] is not None
+
+    # Resuming at the last step runs no step, so the diagnostics state is exactly what the checkpoint holds.
+    resumed = scripted_trainer(tmp_path, tiny_tokenizer, max_steps=2, mi_every_n_steps=1, mi_num_samples=8)
+    assert resumed.mi_diagnostics.ema["first_turn"].sigma is None
+    resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
+    assert resumed.mi_diagnostics.state_dict()["ema"] == saved["ema"]
+    assert resumed.mi_diagnostics.next_step == saved["next_step"] == 3
+
+
+def test_mi_config_errors_name_the_trainer_field(tmp_path):
+    with pytest.raises(ValueError, match="mi_every_n_steps=0 is invalid"):
+        make_args(tmp_path, mi_every_n_steps=0)
+    with pytest.raises(ValueError, match="mi_scopes"):
+        make_args(tmp_path, mi_scopes=["everything"])
 
 
 def test_model_card_carries_tags_and_citation(tmp_path, tiny_tokenizer):

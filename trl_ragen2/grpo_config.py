@@ -145,10 +145,85 @@ class SNRFilterArguments:
 
 
 @dataclass
-class SNRFilteredGRPOConfig(SNRFilterArguments, GRPOConfig):
+class MIDiagnosticsArguments:
+    r"""
+    RAGEN-2 mutual-information collapse diagnostics (arXiv 2604.06268, §2.3, Table 1), run on the pre-filter batch.
+
+    Every reasoning chain of a sample of the batch is scored under every prompt of the batch; from the log-probability
+    matrix come Retrieval-Acc, Recall@k, MI-Est, MI-Seq-Est, MI-ZScore and MI-ZScore-EMA beside H(Z|X), logged under
+    `ragen2/mi/first_turn/...` and `ragen2/mi/trajectory/...`. See [`~trl_ragen2.diagnostics.MIDiagnosticsConfig`].
+
+    Parameters:
+        mi_diagnostics (`bool`, *optional*, defaults to `True`):
+            Run the diagnostics.
+        mi_every_n_steps (`int`, *optional*, defaults to `5`):
+            Run at step 1 and then every this many optimizer steps (RAGEN's `compute_freq`).
+        mi_num_samples (`int`, *optional*, defaults to `64`):
+            Sampled (context, reasoning) pairs per scope (RAGEN's `num_samples`).
+        mi_scopes (`list[str]`, *optional*, defaults to `["first_turn", "trajectory"]`):
+            `first_turn`: the initial prompt against the first turn's reasoning; `trajectory`: the history up to a
+            turn against that turn's reasoning.
+        mi_engine (`str`, *optional*, defaults to `"auto"`):
+            `"transformers"` (exact, prefix KV-cache reuse), `"vllm"` (the trainer's vLLM prompt log-probs), or
+            `"auto"` (vLLM when the trainer generates with it).
+        mi_max_tokens_per_chunk (`int`, *optional*, defaults to `16384`):
+            Token budget of one scoring forward pass (transformers engine): bounds its memory.
+        mi_num_negatives (`int` or `None`, *optional*, defaults to `None`):
+            Score each chain against its own prompt and this many negatives instead of every prompt: cheaper, but a
+            biased estimate.
+        mi_negative_sampling (`str`, *optional*, defaults to `"random"`):
+            `"random"` or `"similar"` negatives (with `mi_num_negatives`).
+        mi_marginal (`str`, *optional*, defaults to `"ragen"`):
+            Per-token marginal of MI-Est: `"ragen"` (RAGEN's code, the paper's plotted curves) or `"paper"` (Eq. 1).
+        mi_ema_alpha (`float`, *optional*, defaults to `0.9`):
+            Decay of the MI-ZScore-EMA standard deviation (the paper's 0.9).
+    """
+
+    mi_diagnostics: bool = field(default=True, metadata={"help": "Run the RAGEN-2 MI collapse diagnostics."})
+    mi_every_n_steps: int = field(default=5, metadata={"help": "Run at step 1, then every N steps (RAGEN: 5)."})
+    mi_num_samples: int = field(default=64, metadata={"help": "Pairs sampled per scope (RAGEN: 64)."})
+    mi_scopes: list[str] = field(
+        default_factory=lambda: ["first_turn", "trajectory"],
+        metadata={"help": "Scopes: first_turn and/or trajectory."},
+    )
+    mi_engine: str = field(default="auto", metadata={"help": "'transformers', 'vllm' or 'auto'."})
+    mi_max_tokens_per_chunk: int = field(default=16384, metadata={"help": "Token budget of one scoring forward."})
+    mi_num_negatives: int | None = field(
+        default=None, metadata={"help": "Negatives per chain instead of all prompts (biased, cheaper)."}
+    )
+    mi_negative_sampling: str = field(default="random", metadata={"help": "'random' or 'similar' negatives."})
+    mi_marginal: str = field(default="ragen", metadata={"help": "'ragen' (plotted curves) or 'paper' (Eq. 1)."})
+    mi_ema_alpha: float = field(default=0.9, metadata={"help": "EMA decay of MI-ZScore-EMA's sigma (paper: 0.9)."})
+
+    def mi_diagnostics_config(self):
+        """The [`~trl_ragen2.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there)."""
+        from .diagnostics import MIDiagnosticsConfig
+
+        try:
+            return MIDiagnosticsConfig(
+                enabled=self.mi_diagnostics,
+                every_n_steps=self.mi_every_n_steps,
+                num_samples=self.mi_num_samples,
+                scopes=tuple(self.mi_scopes),
+                engine=self.mi_engine,
+                max_tokens_per_chunk=self.mi_max_tokens_per_chunk,
+                num_negatives=self.mi_num_negatives,
+                negative_sampling=self.mi_negative_sampling,
+                marginal=self.mi_marginal,
+                ema_alpha=self.mi_ema_alpha,
+                seed=getattr(self, "seed", 0),
+            )
+        except ValueError as error:  # name the trainer-config field, not the inner dataclass
+            message = str(error).replace("MIDiagnosticsConfig.", "mi_")
+            raise ValueError(message.replace("mi_enabled", "mi_diagnostics")) from None
+
+
+@dataclass
+class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, GRPOConfig):
     r"""
     Configuration class for [`SNRFilteredGRPOTrainer`]: every [`~trl.GRPOConfig`] field, plus the RAGEN-2
-    SNR-aware filtering fields documented in [`SNRFilterArguments`].
+    SNR-aware filtering fields documented in [`SNRFilterArguments`] and the MI diagnostics fields documented in
+    [`MIDiagnosticsArguments`].
 
     > [!NOTE]
     > The paper trains with P = 8 prompts x G = 16 rollouts per iteration, actor lr 1e-6, clip 0.2 / 0.28, entropy
@@ -159,6 +234,7 @@ class SNRFilteredGRPOConfig(SNRFilterArguments, GRPOConfig):
     def __post_init__(self):
         super().__post_init__()
         self.validate_reward_variance_fields()
+        self.mi_diagnostics_config()  # validates the mi_* fields
         if self.reward_variance_filtering is not None and self.num_generations < 2:
             raise ValueError(
                 f"reward_variance_filtering={self.reward_variance_filtering!r} needs prompt groups, but "

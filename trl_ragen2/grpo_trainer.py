@@ -7,7 +7,9 @@ GRPOTrainer at these override points, each calling `super()`:
 - `_generate_and_score_completions`: selects groups from those rewards and drops the other rows;
 - `_prepare_inputs`: re-splits the filtered batch into micro-batches unevenly instead of dropping rows;
 - `_compute_loss`: optional loss scaling by the kept fraction;
-- `_save_checkpoint` / `_load_optimizer_and_scheduler`: the empty-step counter survives resume.
+- `_save_checkpoint` / `_load_optimizer_and_scheduler`: the empty-step counter and the MI EMA survive resume.
+
+The MI diagnostics (`trl_ragen2.diagnostics`) run on the pre-filter batch, between generation and filtering.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .batch_utils import (
     trim_padding,
     zero_loss_rows,
 )
+from .diagnostics import MIDiagnostics
 from .filtering import filter_stats, group_reward_scores, select_groups
 from .grpo_config import SNRFilteredGRPOConfig
 
@@ -153,6 +156,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         # Extra lines for the model card, e.g. {"Catalogue": "webshop-small-1k"}; recipes fill it.
         self.model_card_details: dict[str, str] = {}
         self.add_callback(_EmptyStepGuard(self))
+        self.mi_diagnostics = MIDiagnostics(args.mi_diagnostics_config()) if args.mi_diagnostics else None
 
     # ----------------------------------------------------------------------------------------------------------
     # Rewards and selection
@@ -187,7 +191,9 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         )
 
     def _before_filtering(self, inputs: list[dict], batch: dict) -> None:
-        """Hook for work on the whole (pre-filter) batch, e.g. the MI diagnostics. Does nothing here."""
+        """Work on the whole (pre-filter) batch: the MI diagnostics, at step 1 and every `mi_every_n_steps`."""
+        if self.mi_diagnostics is not None:
+            self.mi_diagnostics.on_batch(self, inputs, batch)
 
     def _generate_and_score_completions(self, inputs):
         # The dataset rows of this generation batch, for a rollout_func that needs more than the prompts
@@ -285,9 +291,11 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             self.save_ragen2_state(checkpoint_dir)
 
     def save_ragen2_state(self, checkpoint_dir: str) -> None:
-        """Write the trainer's RAGEN-2 state (filter counters) into a checkpoint folder."""
+        """Write the trainer's RAGEN-2 state (filter counters, MI EMA) into a checkpoint folder."""
         with open(os.path.join(checkpoint_dir, FILTER_STATE_FILE), "w") as f:
             json.dump(asdict(self.filter_state), f)
+        if self.mi_diagnostics is not None:
+            self.mi_diagnostics.save(checkpoint_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -299,6 +307,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         if os.path.exists(path):
             with open(path) as f:
                 self.filter_state = FilterState(**json.load(f))
+        if self.mi_diagnostics is not None:
+            self.mi_diagnostics.load(checkpoint_dir)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
