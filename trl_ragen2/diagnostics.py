@@ -43,7 +43,7 @@ from .mi import DEFAULT_KS, MARGINAL_MODES, MIZScoreEMA, mi_metrics
 from .scoring.collective import ProcessGroup
 from .scoring.pairs import NEGATIVE_SAMPLING, SCOPES, PairBuilder
 from .scoring.reasoning import ReasoningExtractor
-from .scoring.scopes import LocalRollouts, ScopeResult, gather_rows, score_scope
+from .scoring.scopes import LocalRollouts, ScopeResult, ScoreMemo, gather_rows, score_scope
 
 
 logger = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ class MIDiagnostics:
         except Exception as exc:  # reported below on every process, never raised mid-collective
             error = f"reading the batch failed: {exc!r}"
         infos, offset, errors = gather_rows(local, error, group)
-        memo = {}  # (context, chain) -> score, shared by the scopes of this batch
+        memo = ScoreMemo()  # scores shared by the scopes of this batch
         metrics = {}
         for scope in self.config.scopes:
             if errors:

@@ -25,7 +25,7 @@ from .pairs import (
     unique_contexts,
 )
 from .reasoning import ReasoningExtractor, ThinkTagExtractor, completion_lengths, turn_spans
-from .scopes import LocalRollouts, ScopeResult, gather_rows, score_scope
+from .scopes import LocalRollouts, ScopeResult, ScoreMemo, gather_rows, score_scope
 from .transformers_scorer import TransformersCrossScorer, naive_cross_scores, resolve_causal_lm, scoring_mode, unpad
 from .vllm_scorer import VLLMCrossScorer, supports_token_id_scoring
 
@@ -40,6 +40,7 @@ __all__ = [
     "ReasoningExtractor",
     "RowInfo",
     "ScopeResult",
+    "ScoreMemo",
     "ThinkTagExtractor",
     "TransformersCrossScorer",
     "VLLMCrossScorer",

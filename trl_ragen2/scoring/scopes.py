@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -73,6 +73,26 @@ class LocalRollouts:
         return [RowInfo(tuple(p), len(s)) for p, s in zip(self.prompts, self.spans, strict=True)]
 
 
+class ScoreMemo:
+    """Scores already computed for one batch, keyed by (context, chain); shared by the scopes of that batch.
+
+    Token lists are interned once per call, so long trajectory contexts are hashed once, not once per pair.
+    """
+
+    def __init__(self):
+        self._ids: dict[tuple[int, ...], int] = {}
+        self._scores: dict[tuple[int, int], float] = {}
+
+    def ids(self, sequences) -> list[int]:
+        return [self._ids.setdefault(tuple(seq), len(self._ids)) for seq in sequences]
+
+    def get(self, context_id: int, chain_id: int) -> float:
+        return self._scores.get((context_id, chain_id), float("nan"))
+
+    def put(self, context_id: int, chain_id: int, score: float) -> None:
+        self._scores[(context_id, chain_id)] = score
+
+
 @dataclass
 class ScopeResult:
     """The gathered scoring matrix of one scope (identical on every process), or the reason there is none."""
@@ -85,7 +105,6 @@ class ScopeResult:
     num_unscored: int = 0
     time_s: float = 0.0
     error: str | None = None
-    errors: list[str] = field(default_factory=list)
 
 
 def gather_rows(local: LocalRollouts | None, error: str | None, group: ProcessGroup):
@@ -127,12 +146,12 @@ def score_scope(
     num_negatives: int | None = None,
     negative_sampling: str = "random",
     sync_forwards: bool = False,
-    memo: dict | None = None,
+    memo: ScoreMemo | None = None,
 ) -> ScopeResult:
     """Collectives 2-4 for one scope (see the module docstring); every process must call it.
 
-    `memo` maps `(context, chain)` token tuples to scores already computed for this batch; pass the same dict to
-    every scope of a batch (never across batches: the weights change).
+    `memo` holds scores already computed for this batch; pass the same [`ScoreMemo`] to every scope of a batch (never
+    across batches: the weights change).
     """
     began = time.perf_counter()
     generator = scope_generator(seed, step, scope)
@@ -183,7 +202,7 @@ def score_scope(
                 scorer,
                 negatives_fn=negatives_fn,
                 sync=group.max if sync_forwards else None,
-                memo=memo if memo is not None else {},
+                memo=memo if memo is not None else ScoreMemo(),
             )
         except Exception as exc:
             error = f"scoring failed: {exc!r}"
@@ -193,7 +212,7 @@ def score_scope(
     errors += [f"process {rank}: {err}" for rank, (_, err, _) in enumerate(gathered) if err]
     result.time_s = max(elapsed for _, _, elapsed in gathered)
     if errors:
-        result.errors, result.error = errors, "; ".join(errors)
+        result.error = "; ".join(errors)
         return result
     if not kept:
         result.error = "no pair with non-empty reasoning was sampled"
@@ -229,17 +248,15 @@ def _score_local(mine, contexts, column_context, column_of_draw, scorer, *, nega
         wanted[:] = False
         for n, (own, negs) in enumerate(zip(own_context, negatives, strict=True)):
             wanted[chain_index[n], [own, *negs]] = True
-    context_keys = [tuple(context) for context in contexts]
+    context_ids, chain_ids = memo.ids(contexts), memo.ids(unique_chains)
     known = torch.full(wanted.shape, float("nan"), dtype=torch.float64)
-    for u, chain in enumerate(unique_chains):
-        chain_key = tuple(chain)
-        for c in wanted[u].nonzero().flatten().tolist():
-            known[u, c] = memo.get((context_keys[c], chain_key), float("nan"))
+    for u, c in wanted.nonzero().tolist():
+        known[u, c] = memo.get(context_ids[c], chain_ids[u])
     todo = wanted & torch.isnan(known)
     scores = scorer.score(contexts, unique_chains, todo, forward_calls_sync=sync)  # (U_chains, U_contexts)
     scores = torch.where(todo, scores, known)
     for u, c in todo.nonzero().tolist():
-        memo[(context_keys[c], tuple(unique_chains[u]))] = scores[u, c].item()
+        memo.put(context_ids[c], chain_ids[u], scores[u, c].item())
     scores = scores[chain_index]  # (n_local, U_contexts)
     if negatives is not None:
         scores, _ = negatives_matrix(scores, own_context, negatives)
