@@ -207,6 +207,37 @@ def test_sleep_mode_repushes_weights_and_sleeps_again(tiny_model, tiny_tokenizer
     assert generation._llm_weights_sleeping
 
 
+def test_sleep_mode_syncs_even_without_pairs(tiny_model):
+    # weight syncing is a collective under ZeRO-3/FSDP, so a process with nothing to score still takes part
+    generation = FakeGeneration(FakeLLM(tiny_model))
+    scores = VLLMCrossScorer(vllm_generation=generation, sampling_params_cls=FakeSamplingParams).score([[5, 6]], [])
+    assert scores.shape == (0, 1)
+    assert generation.llm.events == ["sync_weights", ("wake_up", ("kv_cache",)), ("sleep", 2)]
+
+
+def test_tensor_parallel_group_pools_requests(tiny_model, tiny_tokenizer, monkeypatch):
+    contexts, chains = pairs(tiny_tokenizer)
+    other_process = ([[7, 8, 9, 10]], [2])  # the other member of the TP group has one request
+    monkeypatch.setattr(
+        torch.distributed,
+        "all_gather_object",
+        lambda out, obj, group=None: out.__setitem__(slice(None), [other_process, obj]),
+    )
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 1)
+    llm = FakeLLM(tiny_model)
+    generation = FakeGeneration(llm, enable_sleep_mode=False)
+    generation.tensor_parallel_size, generation.tp_group = 2, "tp-group"
+    scores = VLLMCrossScorer(vllm_generation=generation, sampling_params_cls=FakeSamplingParams).score(
+        contexts, chains
+    )
+    prompts, _ = llm.calls[0]
+    assert (
+        prompts[0] == {"prompt_token_ids": [7, 8, 9, 10]} and len(prompts) == 13
+    )  # the group's 1 + this process's 12
+    expected = TransformersCrossScorer(tiny_model).score(contexts, chains)
+    torch.testing.assert_close(scores, expected, atol=1e-4, rtol=0)  # this process's slice only
+
+
 def test_server_mode_uses_trl_client(tiny_model, tiny_tokenizer):
     contexts, chains = pairs(tiny_tokenizer)
     client = FakeClient(tiny_model, missing={5})

@@ -14,6 +14,8 @@ Two engines, both reached through the trainer's own vLLM (`trainer.vllm_generati
 
   With `vllm_enable_sleep_mode`, generation ends with `llm.sleep(level=2)`, which discards the weights; the scorer
   then re-pushes the current weights (`sync_weights`), wakes the KV cache, scores, and puts the engine back to sleep.
+  With `vllm_tensor_parallel_size > 1`, the processes of a tensor-parallel group pool their requests, as TRL's
+  generation does. Since weight syncing and tensor parallelism are collectives, every process calls `score`.
 - **server**: TRL's `VLLMClient.get_sequence_logprobs(..., top_logprobs=0)`, which exists on the main process only:
   every process's requests are gathered there, scored, and the results broadcast back. `score` is therefore a
   collective in server mode: every process must call it, with or without pairs.
@@ -153,7 +155,7 @@ class VLLMCrossScorer:
         sequences = [[int(t) for t in contexts[m]] + [int(t) for t in chains[n]] for n, m in pairs]
         starts = [len(contexts[m]) for _, m in pairs]
         if self.mode == "colocate":
-            values = self._score_colocate(sequences, starts) if sequences else []
+            values = self._score_colocate(sequences, starts)
         else:
             values = self._score_server(sequences, starts)
         scores = torch.full(mask.shape, math.nan, dtype=torch.float64)
@@ -188,24 +190,36 @@ class VLLMCrossScorer:
             return sum_token_id_logprobs(getattr(output, "prompt_token_id_logprobs", None), len(sequence) - start)
         return sum_prompt_logprobs(output.prompt_logprobs, sequence, start)
 
+    def _generate(self, sequences: list[list[int]], starts: list[int]) -> list[float]:
+        values = []
+        for begin in range(0, len(sequences), self.request_batch_size):
+            batch = range(begin, min(begin + self.request_batch_size, len(sequences)))
+            prompts = [{"prompt_token_ids": sequences[i]} for i in batch]
+            params = [self._params(sequences[i], starts[i]) for i in batch]
+            outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+            values += [self._read(out, sequences[i], starts[i]) for out, i in zip(outputs, batch, strict=True)]
+        return values
+
     def _score_colocate(self, sequences: list[list[int]], starts: list[int]) -> list[float]:
+        """Score on this process's engine; with tensor parallelism, the group's requests run together (as TRL does)."""
         generation = self.vllm_generation
-        asleep = generation is not None and getattr(generation, "enable_sleep_mode", False)
-        if asleep:
+        sleep_mode = generation is not None and getattr(generation, "enable_sleep_mode", False)
+        if sleep_mode:
             if getattr(generation, "_llm_weights_sleeping", False):
                 generation.sync_weights()  # level-2 sleep dropped the weights: push the current ones back
             self.llm.wake_up(tags=["kv_cache"])
         try:
-            values = []
-            for begin in range(0, len(sequences), self.request_batch_size):
-                batch = range(begin, min(begin + self.request_batch_size, len(sequences)))
-                prompts = [{"prompt_token_ids": sequences[i]} for i in batch]
-                params = [self._params(sequences[i], starts[i]) for i in batch]
-                outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
-                values += [self._read(out, sequences[i], starts[i]) for out, i in zip(outputs, batch, strict=True)]
-            return values
+            tp_size = getattr(generation, "tensor_parallel_size", 1) if generation is not None else 1
+            if tp_size == 1:
+                return self._generate(sequences, starts)
+            group = generation.tp_group
+            gathered = [None] * tp_size
+            torch.distributed.all_gather_object(gathered, (sequences, starts), group=group)
+            values = self._generate([q for seqs, _ in gathered for q in seqs], [t for _, ts in gathered for t in ts])
+            offset = sum(len(seqs) for seqs, _ in gathered[: torch.distributed.get_rank(group=group)])
+            return values[offset : offset + len(sequences)]
         finally:
-            if asleep:
+            if sleep_mode:
                 self.llm.sleep(level=2)
                 generation._llm_weights_sleeping = True
 
