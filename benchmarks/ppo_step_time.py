@@ -10,8 +10,10 @@ Both trainers get the same model (same config and seed), the same batch and the 
 sampling: generation costs nothing, so the difference is the critic's cost: the value pass on the generation
 batch, GAE, and the critic's forward, backward and optimizer step per micro-batch). Each variant runs in its own
 subprocess so that peak memory is its own: on CUDA the peak allocated memory, on CPU the peak resident set size
-above the process's size right before training. Step times are medians over the measured optimizer steps, after
-the warm-up steps. The PPO figures are also split into the critic's own parts, timed inside the trainer.
+above the process's size right before training. The variants alternate over `--rounds` runs. Reported per
+optimizer step, after the warm-up steps: the fastest wall time (the step least disturbed by other work on a shared
+machine), the median wall time and, on CPU, the median CPU time of the process (which other processes barely
+change). The PPO figures are also split into the critic's own parts, timed inside the trainer.
 """
 
 from __future__ import annotations
@@ -134,13 +136,14 @@ def run_variant(options) -> dict:
         for name in ("_critic_training_step", "_rollout_values"):
             timed(trainer, name, parts)
 
-    step_times: list[float] = []
+    wall_times: list[float] = []
+    cpu_times: list[float] = []
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             if cuda:
                 torch.cuda.synchronize()
-            self.start = time.perf_counter()
+            self.start, self.cpu_start = time.perf_counter(), time.process_time()
             if state.global_step == options.warmup:  # measured steps start: drop warm-up totals
                 parts.clear()
                 if cuda:
@@ -150,7 +153,8 @@ def run_variant(options) -> dict:
             if cuda:
                 torch.cuda.synchronize()
             if state.global_step > options.warmup:
-                step_times.append(time.perf_counter() - self.start)
+                wall_times.append(time.perf_counter() - self.start)
+                cpu_times.append(time.process_time() - self.cpu_start)
 
     trainer.add_callback(StepTimer())
     rss_before = psutil.Process().memory_info().rss
@@ -162,10 +166,11 @@ def run_variant(options) -> dict:
     return {
         "variant": options.variant,
         "device": "cuda" if cuda else "cpu",
-        "step_time_s": statistics.median(step_times),
+        "wall_times_s": wall_times,
+        "cpu_times_s": cpu_times,
         "peak_memory_bytes": peak,
-        "critic_update_s_per_step": parts.get("_critic_training_step", 0.0) / options.steps,
-        "value_pass_s_per_step": parts.get("_rollout_values", 0.0) / options.steps,
+        "critic_update_s": parts.get("_critic_training_step", 0.0) / options.steps,
+        "value_pass_s": parts.get("_rollout_values", 0.0) / options.steps,
         "policy_parameters": sum(p.numel() for p in trainer.model.parameters()),
     }
 
@@ -183,6 +188,8 @@ def parse_args(argv=None):
     parser.add_argument("--micro-batches", type=int, default=2, help="gradient accumulation steps per update")
     parser.add_argument("--steps", type=int, default=4, help="measured optimizer steps")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured optimizer steps first")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each variant, alternating")
+    parser.add_argument("--cpu-threads", type=int, default=1, help="OMP_NUM_THREADS of the runs (CPU kernels)")
     parser.add_argument("--filter", action="store_true", help="SNR filter on (top_p 0.9) for both variants")
     parser.add_argument("--output-dir", help="trainer output folders (default: a temporary folder)")
     parser.add_argument("--variant", choices=("grpo", "ppo"), help=argparse.SUPPRESS)  # internal: one subprocess
@@ -194,38 +201,58 @@ def main(argv=None) -> None:
     if options.variant is not None:
         print(json.dumps(run_variant(options)))
         return
-    results = {}
     temporary = tempfile.TemporaryDirectory(prefix="ppo_step_time_")
-    for variant in ("grpo", "ppo"):
-        command = [sys.executable, os.path.abspath(__file__), *(argv if argv is not None else sys.argv[1:])]
-        command += ["--variant", variant, "--output-dir", options.output_dir or temporary.name]
-        completed = subprocess.run(command, capture_output=True, text=True, check=False)
-        if completed.returncode != 0:
-            sys.exit(f"{variant} run failed:\n{completed.stderr[-4000:]}")
-        results[variant] = json.loads(completed.stdout.strip().splitlines()[-1])
+    runs: dict[str, list[dict]] = {"grpo": [], "ppo": []}
+    for _ in range(options.rounds):  # alternate the variants, so that a busy spell of the machine hits both
+        for variant in runs:
+            command = [sys.executable, os.path.abspath(__file__), *(argv if argv is not None else sys.argv[1:])]
+            command += ["--variant", variant, "--output-dir", options.output_dir or temporary.name]
+            # One CPU thread by default: on a shared machine, multi-threaded CPU kernels spin while waiting for
+            # each other and step times swing by 10x or more.
+            env = {**os.environ, "OMP_NUM_THREADS": str(options.cpu_threads)}
+            completed = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+            if completed.returncode != 0:
+                sys.exit(f"{variant} run failed:\n{completed.stderr[-4000:]}")
+            runs[variant].append(json.loads(completed.stdout.strip().splitlines()[-1]))
+    report(options, {variant: summarize(results) for variant, results in runs.items()})
 
-    grpo, ppo = results["grpo"], results["ppo"]
-    mib = 1024**2
+
+def summarize(results: list[dict]) -> dict:
+    """One variant over its rounds: fastest step (the least disturbed), median CPU time, largest peak memory."""
+    return {
+        "device": results[0]["device"],
+        "policy_parameters": results[0]["policy_parameters"],
+        "wall_min_s": min(min(r["wall_times_s"]) for r in results),
+        "wall_median_s": statistics.median(t for r in results for t in r["wall_times_s"]),
+        "cpu_median_s": statistics.median(t for r in results for t in r["cpu_times_s"]),
+        "peak_memory_bytes": max(r["peak_memory_bytes"] for r in results),
+        "critic_update_s": min(r["critic_update_s"] for r in results),
+        "value_pass_s": min(r["value_pass_s"] for r in results),
+    }
+
+
+def report(options, summary: dict[str, dict]) -> None:
+    grpo, ppo = summary["grpo"], summary["ppo"]
     print(
         f"model={options.size} ({grpo['policy_parameters'] / 1e6:.2f}M params), device={grpo['device']}, "
         f"batch={options.prompts}x{options.generations} rollouts x {options.completion_length} tokens, "
         f"{options.micro_batches} micro-batches/step, filter={'on' if options.filter else 'off'}, "
-        f"{options.steps} measured steps after {options.warmup} warm-up"
+        f"{options.rounds} rounds x {options.steps} measured steps after {options.warmup} warm-up, "
+        f"{options.cpu_threads} CPU thread(s)"
     )
-    memory_label = "peak GPU memory allocated" if grpo["device"] == "cuda" else "peak RSS growth in training"
+    rows = [("step wall time, fastest (s)", "wall_min_s", 1.0), ("step wall time, median (s)", "wall_median_s", 1.0)]
+    if grpo["device"] == "cpu":  # CPU time per step barely depends on what else the machine runs
+        rows.append(("step CPU time, median (s)", "cpu_median_s", 1.0))
+        rows.append(("peak RSS growth in training (MiB)", "peak_memory_bytes", 1024**-2))
+    else:
+        rows.append(("peak GPU memory allocated (MiB)", "peak_memory_bytes", 1024**-2))
     print(f"{'':36s}{'GRPO':>10s}{'PPO':>10s}{'PPO/GRPO':>10s}")
+    for label, key, scale in rows:
+        print(f"{label:36s}{grpo[key] * scale:10.3f}{ppo[key] * scale:10.3f}{ppo[key] / max(grpo[key], 1e-12):10.2f}")
+    critic = ppo["critic_update_s"] + ppo["value_pass_s"]
     print(
-        f"{'step time (s, median)':36s}{grpo['step_time_s']:10.3f}{ppo['step_time_s']:10.3f}"
-        f"{ppo['step_time_s'] / grpo['step_time_s']:10.2f}"
-    )
-    print(
-        f"{memory_label + ' (MiB)':36s}{grpo['peak_memory_bytes'] / mib:10.1f}{ppo['peak_memory_bytes'] / mib:10.1f}"
-        f"{ppo['peak_memory_bytes'] / max(grpo['peak_memory_bytes'], 1):10.2f}"
-    )
-    critic_share = (ppo["critic_update_s_per_step"] + ppo["value_pass_s_per_step"]) / ppo["step_time_s"]
-    print(
-        f"PPO critic parts per step: update {ppo['critic_update_s_per_step']:.3f} s, value pass "
-        f"{ppo['value_pass_s_per_step']:.3f} s ({critic_share:.0%} of the PPO step)"
+        f"PPO critic parts per step (fastest round): update {ppo['critic_update_s']:.3f} s, value pass "
+        f"{ppo['value_pass_s']:.3f} s, together {critic / ppo['wall_min_s']:.0%} of the fastest PPO step"
     )
 
 
