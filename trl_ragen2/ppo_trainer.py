@@ -22,6 +22,7 @@ Metrics are logged under `ragen2/ppo/...`, next to the filter's `ragen2/filter/.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 
@@ -151,8 +152,6 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
 
     def _prepare_critic_module(self, critic, critic_peft_config):
         if critic_peft_config is not None:
-            import copy
-
             from peft import get_peft_model
 
             peft_config = copy.deepcopy(critic_peft_config)
