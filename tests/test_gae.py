@@ -83,6 +83,7 @@ def test_gamma_lambda_one_is_reward_to_go_minus_value():
     assert returns[0, 0].item() == pytest.approx(1.5)
     assert returns[0, 6].item() == pytest.approx(1.0)  # after the turn-1 reward has been paid
     assert returns[1, 0].item() == pytest.approx(-1.0)
+    assert returns[0, 0].item() == 1.5, "return targets are exact: no value is added back and subtracted"
 
 
 def test_rows_without_model_tokens_get_nothing():
@@ -206,6 +207,8 @@ def test_explained_variance():
     assert explained_variance(returns, returns, mask) == pytest.approx(1.0)
     assert explained_variance(torch.zeros_like(returns), returns, mask) == pytest.approx(0.0)
     assert math.isnan(explained_variance(returns, torch.ones_like(returns), mask))  # constant target
+    rounded = torch.tensor([[-0.5, -0.49999997, -0.5, 0.0]])  # constant up to float32 rounding
+    assert math.isnan(explained_variance(torch.zeros_like(rounded), rounded, mask))
 
 
 def test_shape_errors_are_clear():

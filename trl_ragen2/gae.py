@@ -146,9 +146,8 @@ def masked_gae(
     values = torch.where(valid, values.float(), 0.0)
     if gamma == 1.0 and lam == 1.0:
         # The deltas telescope: A_t = (sum of rewards from t on) - V_t.
-        reward_to_go = rewards.flip(1).cumsum(1).flip(1)
-        advantages = torch.where(valid, reward_to_go - values, 0.0)
-        return advantages, torch.where(valid, advantages + values, 0.0)
+        reward_to_go = torch.where(valid, rewards.flip(1).cumsum(1).flip(1), 0.0)
+        return torch.where(valid, reward_to_go - values, 0.0), reward_to_go
 
     advantages = torch.zeros_like(rewards)
     next_value = torch.zeros_like(rewards[:, 0])  # (B,) value of the next model token
@@ -202,8 +201,12 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     return explained_variance_from_vars(residual, target)
 
 
+# Below this the returns are constant up to float rounding, and explained variance is undefined.
+CONSTANT_VARIANCE = 1e-8
+
+
 def explained_variance_from_vars(residual_variance: float, return_variance: float) -> float:
-    if return_variance != return_variance or return_variance <= 0:
+    if return_variance != return_variance or return_variance <= CONSTANT_VARIANCE:
         return float("nan")
     return 1.0 - residual_variance / return_variance
 
