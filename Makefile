@@ -4,7 +4,7 @@
 PYTEST_WORKERS ?= 2
 
 test:
-	python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not gpu" --timeout 900
+	OMP_NUM_THREADS=1 python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not gpu" --timeout 900
 
 slow_tests:
 	python -m pytest -m "slow" --timeout 3600
