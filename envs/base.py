@@ -54,7 +54,7 @@ class TextEnv(ABC):
     def render(self) -> str:
         """The current state as text (the observation `reset` and `step` return)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a no-op by default, not abstract: most environments hold nothing)
         """Release resources (most environments hold none)."""
 
     def seed_rng(self, seed: int | None) -> None:
@@ -65,3 +65,10 @@ class TextEnv(ABC):
 def invalid_step(observation: str, reason: str, **info: Any) -> StepResult:
     """The result of an action the environment could not use: no reward, state unchanged, not done."""
     return observation, 0.0, False, {"success": False, "action_is_valid": False, "invalid_reason": reason, **info}
+
+
+def require_int(field: str, value: Any, minimum: int, fix: str) -> int:
+    """`value` as an int if it is an integer >= `minimum` (bools are not); else a `ValueError` naming `field`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}; {fix}")
+    return int(value)

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import StepResult, TextEnv, invalid_step
+from .base import StepResult, TextEnv, invalid_step, require_int
+from .tool_adapter import ToolEnvAdapter
 
 
 ### prompts
@@ -194,12 +195,6 @@ def parse_action(action: Any) -> int:
     return ACTION_LOOKUP.get(action.strip().lower(), -1)
 
 
-def _require_int(field: str, value: Any, minimum: int, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}; {fix}")
-    return int(value)
-
-
 def _require_probability(field: str, value: Any, low_open: bool, fix: str) -> float:
     ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
     if not ok or not ((0.0 < value) if low_open else (0.0 <= value)) or not value <= 1.0:
@@ -211,7 +206,7 @@ def _require_probability(field: str, value: Any, low_open: bool, fix: str) -> fl
 def check_seed(seed: Any) -> int | None:
     if seed is None:
         return None
-    return _require_int("seed", seed, 0, "pass a non-negative integer, or None for a fresh random map")
+    return require_int("seed", seed, 0, "pass a non-negative integer, or None for a fresh random map")
 
 
 ### env class
@@ -247,12 +242,12 @@ class FrozenLakeEnv(TextEnv):
         render_mode: str = "grid_coord",
     ) -> None:
         super().__init__()
-        self.size = _require_int("size", size, 2, "the paper uses size=4")
+        self.size = require_int("size", size, 2, "the paper uses size=4")
         self.p = _require_probability("p", p, True, "the paper uses p=0.9 (a cell is frozen with probability p)")
         self.success_rate = _require_probability(
             "success_rate", success_rate, False, "use 1.0 for no slip (paper's main table) or e.g. 0.98"
         )
-        self.max_steps = _require_int("max_steps", max_steps, 1, "the default is max_steps=100")
+        self.max_steps = require_int("max_steps", max_steps, 1, "the default is max_steps=100")
         if render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
         self.render_mode = render_mode
@@ -390,7 +385,7 @@ class FrozenLakeEnv(TextEnv):
 ### TRL adapter
 
 
-class FrozenLakeToolEnv:
+class FrozenLakeToolEnv(ToolEnvAdapter):
     """FrozenLake for `trl.GRPOTrainer(environment_factory=FrozenLakeToolEnv)`: one `move` tool, reward = return.
 
     Each dataset row gives the map (and slips) through `seed`, so the rollouts of a group share it, and optionally
@@ -398,21 +393,9 @@ class FrozenLakeToolEnv:
     columns are ignored.
     """
 
-    def __init__(self) -> None:
-        self.env = FrozenLakeEnv()
-        self.env_config: dict[str, Any] = {}
-        self.episode_return = 0.0
-
-    def reset(self, **row) -> str:
-        from .datasets import parse_env_config
-
-        config = parse_env_config(row.get("env_config"))
-        if config != self.env_config:
-            self.env, self.env_config = FrozenLakeEnv(**config), config
-        self.episode_return = 0.0
-        observation = self.env.reset(seed=check_seed(row.get("seed")))
-        instructions = TOOL_INSTRUCTIONS.format(slip=slip_note(self.env.success_rate))
-        return f"\n\n{instructions}\n\n{observation}"
+    env_class = FrozenLakeEnv
+    episode_over_reply = "The episode is over; no further moves count."
+    invalid_reply = "Error: {reason} (got {got})."
 
     def move(self, direction: str) -> str:
         """Move one cell in a direction; on slippery ice the move may go to a side instead.
@@ -423,12 +406,12 @@ class FrozenLakeToolEnv:
         Returns:
             The lake after the move, the move's reward, and whether the episode is over.
         """
-        if self.env.is_done:
-            return "The episode is over; no further moves count."
-        observation, reward, done, info = self.env.step(direction)
-        if not info["action_is_valid"]:
-            return f"Error: {info['invalid_reason']} (got {str(direction)[:40]!r})."
-        self.episode_return += reward
+        return self._act(direction)
+
+    def _tool_instructions(self) -> str:
+        return TOOL_INSTRUCTIONS.format(slip=slip_note(self.env.success_rate))
+
+    def _reply(self, observation: str, reward: float, done: bool, info: dict[str, Any]) -> str:
         text = f"{observation}\nReward: {reward:g}"
         if info["success"]:
             return text + "\nYou reached the goal. The episode is over."
@@ -437,10 +420,6 @@ class FrozenLakeToolEnv:
                 return text + "\nYou fell into a hole. The episode is over."
             return text + "\nNo moves left. The episode is over."
         return text
-
-    def get_reward(self) -> float:
-        """The episode's return so far (1.0 once the goal is reached, else 0.0)."""
-        return self.episode_return
 
 
 __all__ = ["FrozenLakeEnv", "FrozenLakeMap", "FrozenLakeToolEnv", "generate_lake", "transition_probabilities"]

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from .base import StepResult, TextEnv, invalid_step
+from .base import StepResult, TextEnv, invalid_step, require_int
 from .sokoban_generation import (
     ACTION_NAMES,
     WALL,
@@ -40,6 +38,7 @@ from .sokoban_generation import (
     solve,
     unflat,
 )
+from .tool_adapter import ToolEnvAdapter
 
 
 ### prompts
@@ -96,16 +95,10 @@ def render_coordinates(layout, boxes, player: int) -> str:
     )
 
 
-def _require_int(field: str, value: Any, minimum: int, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}; {fix}")
-    return int(value)
-
-
 def check_seed(seed: Any) -> int | None:
     if seed is None:
         return None
-    return _require_int("seed", seed, 0, "pass a non-negative integer, or None for a fresh random room")
+    return require_int("seed", seed, 0, "pass a non-negative integer, or None for a fresh random room")
 
 
 ### env class
@@ -145,9 +138,9 @@ class SokobanEnv(TextEnv):
         super().__init__()
         if not isinstance(dim_room, (tuple, list)) or len(dim_room) != 2:
             raise ValueError(f"dim_room must be a (height, width) pair, got {dim_room!r}; e.g. dim_room=(6, 6)")
-        height = _require_int("dim_room[0]", dim_room[0], 3, "rooms need a wall ring around the floor")
-        width = _require_int("dim_room[1]", dim_room[1], 3, "rooms need a wall ring around the floor")
-        self.num_boxes = _require_int("num_boxes", num_boxes, 1, "use num_boxes=1 for the paper's setting")
+        height = require_int("dim_room[0]", dim_room[0], 3, "rooms need a wall ring around the floor")
+        width = require_int("dim_room[1]", dim_room[1], 3, "rooms need a wall ring around the floor")
+        self.num_boxes = require_int("num_boxes", num_boxes, 1, "use num_boxes=1 for the paper's setting")
         interior = (height - 2) * (width - 2)
         if interior < self.num_boxes + 2:
             raise ValueError(
@@ -155,9 +148,9 @@ class SokobanEnv(TextEnv):
                 f"{self.num_boxes + 2} (targets, player, one free cell); use a larger room or fewer boxes"
             )
         self.dim_room = (height, width)
-        self.max_steps = _require_int("max_steps", max_steps, 1, "the paper uses max_steps=100")
-        self.search_depth = _require_int("search_depth", search_depth, 1, "the default is search_depth=100")
-        self.max_search_states = _require_int(
+        self.max_steps = require_int("max_steps", max_steps, 1, "the paper uses max_steps=100")
+        self.search_depth = require_int("search_depth", search_depth, 1, "the default is search_depth=100")
+        self.max_search_states = require_int(
             "max_search_states", max_search_states, 1, "the default is max_search_states=100000"
         )
         if render_mode not in RENDER_MODES:
@@ -285,7 +278,7 @@ def _invalid_info(reason: str) -> dict[str, Any]:
 ### TRL adapter
 
 
-class SokobanToolEnv:
+class SokobanToolEnv(ToolEnvAdapter):
     """Sokoban for `trl.GRPOTrainer(environment_factory=SokobanToolEnv)`: one `move` tool, reward = episode return.
 
     Each dataset row gives the room through `seed` (the same seed gives the same room, so the rollouts of a group
@@ -293,20 +286,10 @@ class SokobanToolEnv:
     `'{"dim_room": [8, 8], "num_boxes": 2}'`. Other columns are ignored.
     """
 
-    def __init__(self) -> None:
-        self.env = SokobanEnv()
-        self.env_config: dict[str, Any] = {}
-        self.episode_return = 0.0
-
-    def reset(self, **row) -> str:
-        from .datasets import parse_env_config
-
-        config = parse_env_config(row.get("env_config"))
-        if config != self.env_config:
-            self.env, self.env_config = SokobanEnv(**config), config
-        self.episode_return = 0.0
-        observation = self.env.reset(seed=check_seed(row.get("seed")))
-        return f"\n\n{TOOL_INSTRUCTIONS}\n\n{observation}"
+    env_class = SokobanEnv
+    tool_instructions = TOOL_INSTRUCTIONS
+    episode_over_reply = "The episode is over; no further moves count."
+    invalid_reply = "Error: {reason} (got {got})."
 
     def move(self, direction: str) -> str:
         """Move the player one cell in a direction; walking into a box pushes it.
@@ -317,22 +300,15 @@ class SokobanToolEnv:
         Returns:
             The board after the move, the move's reward, and whether the episode is over.
         """
-        if self.env.is_done:
-            return "The episode is over; no further moves count."
-        observation, reward, done, info = self.env.step(direction)
-        if not info["action_is_valid"]:
-            return f"Error: {info['invalid_reason']} (got {str(direction)[:40]!r})."
-        self.episode_return += reward
+        return self._act(direction)
+
+    def _reply(self, observation: str, reward: float, done: bool, info: dict[str, Any]) -> str:
         text = f"{observation}\nReward: {reward:g}"
         if info["success"]:
             return text + "\nAll boxes are on targets: solved. The episode is over."
         if done:
             return text + "\nNo moves left. The episode is over."
         return text
-
-    def get_reward(self) -> float:
-        """The episode's return so far (sum of the move rewards)."""
-        return self.episode_return
 
 
 __all__ = ["SokobanEnv", "SokobanRoom", "SokobanToolEnv", "generate_room", "solve"]

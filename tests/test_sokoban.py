@@ -10,52 +10,13 @@ from trl_ragen2_envs import make_env
 from trl_ragen2_envs.sokoban import SokobanEnv, SokobanToolEnv
 from trl_ragen2_envs.sokoban_generation import SokobanRoom, generate_room, solve
 
+from .tool_env_helpers import run_scripted_grpo_step
+
 
 def load(text: str, **config) -> SokobanEnv:
     env = SokobanEnv(render_mode="grid", **config)
     env.load_room(SokobanRoom.from_text(text))
     return env
-
-
-def run_one_scripted_grpo_step(factory, model, tokenizer, output_dir, call: str):
-    """One `GRPOTrainer` step (G=4) where rollouts 0 and 1 open with the tool call `call` (a random model never
-    calls tools); returns the trainer and the step's logs."""
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
-    rows = {"prompt": [[{"role": "user", "content": "Play."}]] * 4, "seed": [0] * 4}
-    dataset = Dataset.from_dict({**rows, "env_config": ['{"render_mode": "grid"}'] * 4})  # short observations
-    args = GRPOConfig(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=128,  # room for the scripted call and one tool reply
-        max_tool_calling_iterations=1,
-        max_steps=1,
-        bf16=False,
-        use_cpu=True,
-        activation_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-    )
-    trainer = GRPOTrainer(
-        model=model, args=args, processing_class=tokenizer, train_dataset=dataset, environment_factory=factory
-    )
-    original, num_calls = trainer._generate_single_turn, [0]
-    scripted = tokenizer.encode(f"<tool_call>\n{call}\n</tool_call>") + [tokenizer.eos_token_id]
-
-    def first_turn_calls_the_tool(prompt_ids, *args, **kwargs):
-        completion_ids, logprobs = original(prompt_ids, *args, **kwargs)
-        num_calls[0] += 1
-        if num_calls[0] == 1:
-            completion_ids = [scripted if i < 2 else ids for i, ids in enumerate(completion_ids)]
-        return completion_ids, logprobs
-
-    trainer._generate_single_turn = first_turn_calls_the_tool
-    trainer.train()
-    logs = next(entry for entry in trainer.state.log_history if "rewards/" + factory.__name__ + "/mean" in entry)
-    return trainer, logs
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -391,8 +352,11 @@ def test_tool_env_rejects_bad_env_config():
 
 
 def test_grpo_trainer_runs_the_tool(tiny_tokenizer, tiny_model, tmp_path):
-    trainer, logs = run_one_scripted_grpo_step(
-        SokobanToolEnv, tiny_model, tiny_tokenizer, tmp_path, call='{"name": "move", "arguments": {"direction": "Up"}}'
+    # Rollouts 0 and 1 move once; the "grid" rendering keeps the tool reply short.
+    row = {"prompt": [{"role": "user", "content": "Play."}], "seed": 0, "env_config": '{"render_mode": "grid"}'}
+    calls = [("move", {"direction": "Up"})] * 2
+    trainer, logs = run_scripted_grpo_step(
+        SokobanToolEnv, row, calls, tiny_model, tiny_tokenizer, tmp_path, max_completion_length=128
     )
     # Rollouts 0 and 1 called the tool once each; 2 and 3 never did.
     assert [env.env.num_steps for env in trainer.environments] == [1, 1, 0, 0]
