@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .base import StepResult, TextEnv, invalid_step
+from .tool_adapter import ToolEnvAdapter
 
 
 ### prompts
@@ -402,29 +403,19 @@ class CountdownEnv(TextEnv):
 ### TRL adapter
 
 
-class CountdownToolEnv:
+class CountdownToolEnv(ToolEnvAdapter):
     """Countdown for `trl.GRPOTrainer(environment_factory=CountdownToolEnv)`: one `answer` tool.
 
     `reset(**row)` reads `seed` and the optional `env_config` (JSON text or dict of `CountdownEnv` keywords) from
     the dataset row; the reward is the environment's (1.0, 0.1 or 0).
     """
 
-    def __init__(self) -> None:
-        self._env: CountdownEnv | None = None
-        self._config_key: str | None = None
-        self._reward = 0.0
-
-    def reset(self, **row: Any) -> str:
-        from .datasets import env_config_json, parse_env_config
-
-        config = parse_env_config(row.get("env_config"))
-        key = env_config_json(config)
-        if self._env is None or key != self._config_key:
-            self._env, self._config_key = CountdownEnv(**config), key
-        self._reward = 0.0
-        seed = row.get("seed")
-        observation = self._env.reset(seed=None if seed is None else int(seed))
-        return f"{observation}\n{TOOL_INSTRUCTIONS}"
+    env_class = CountdownEnv
+    tool_instructions = TOOL_INSTRUCTIONS
+    reset_layout = "{observation}\n{instructions}"
+    not_started_reply = "No puzzle is loaded yet."
+    episode_over_reply = "The puzzle is already answered; no further answers are scored."
+    invalid_reply = "Invalid expression ({reason}). Try again."
 
     def answer(self, expression: str) -> str:
         """Submit the final arithmetic expression for the current Countdown puzzle.
@@ -436,15 +427,4 @@ class CountdownToolEnv:
         Returns:
             Whether the expression reaches the target, or why it could not be read.
         """
-        if self._env is None or self._env.problem is None:
-            return "No puzzle is loaded yet."
-        if self._env.done:
-            return "The puzzle is already answered; no further answers are scored."
-        observation, reward, _, info = self._env.step(expression if isinstance(expression, str) else str(expression))
-        if not info["action_is_valid"]:
-            return f"Invalid expression ({info['invalid_reason']}). Try again."
-        self._reward = float(reward)
-        return observation
-
-    def get_reward(self) -> float:
-        return self._reward
+        return self._act(expression)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .base import StepResult, TextEnv, invalid_step
+from .tool_adapter import ToolEnvAdapter
 
 
 ### prompts
@@ -388,29 +389,19 @@ class MetaMathQAEnv(TextEnv):
 ### TRL adapter
 
 
-class MetaMathQAToolEnv:
+class MetaMathQAToolEnv(ToolEnvAdapter):
     """MetaMathQA for `trl.GRPOTrainer(environment_factory=MetaMathQAToolEnv)`: one `answer` tool.
 
     `reset(**row)` reads `seed` and the optional `env_config` (JSON text or dict of `MetaMathQAEnv` keywords) from
     the dataset row; the reward is `1 / 2**attempt` for a correct answer at attempt `attempt`, else 0.
     """
 
-    def __init__(self) -> None:
-        self._env: MetaMathQAEnv | None = None
-        self._config_key: str | None = None
-        self._reward = 0.0
-
-    def reset(self, **row: Any) -> str:
-        from .datasets import env_config_json, parse_env_config
-
-        config = parse_env_config(row.get("env_config"))
-        key = env_config_json(config)
-        if self._env is None or key != self._config_key:
-            self._env, self._config_key = MetaMathQAEnv(**config), key
-        self._reward = 0.0
-        seed = row.get("seed")
-        observation = self._env.reset(seed=None if seed is None else int(seed))
-        return f"{observation}\n{TOOL_INSTRUCTIONS}"
+    env_class = MetaMathQAEnv
+    tool_instructions = TOOL_INSTRUCTIONS
+    reset_layout = "{observation}\n{instructions}"
+    not_started_reply = "No problem is loaded yet."
+    episode_over_reply = "The problem is already finished; no further answers are scored."
+    invalid_reply = "Invalid answer ({reason}). Try again."
 
     def answer(self, value: str) -> str:
         """Submit the final answer to the current math problem.
@@ -421,15 +412,4 @@ class MetaMathQAToolEnv:
         Returns:
             Whether the answer is correct, and how many attempts are left if it is not.
         """
-        if self._env is None or self._env.problem is None:
-            return "No problem is loaded yet."
-        if self._env.done:
-            return "The problem is already finished; no further answers are scored."
-        observation, reward, _, info = self._env.step(value if isinstance(value, str) else str(value))
-        if not info["action_is_valid"]:
-            return f"Invalid answer ({info['invalid_reason']}). Try again."
-        self._reward = float(reward)
-        return observation
-
-    def get_reward(self) -> float:
-        return self._reward
+        return self._act(value)

@@ -24,6 +24,8 @@ from trl_ragen2_envs.countdown import (
     solvable_with_plus_minus,
 )
 
+from .tool_env_helpers import run_scripted_grpo_step
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Evaluator and rewards
@@ -331,7 +333,7 @@ def test_tool_env_contract():
 
     tool_env = CountdownToolEnv()
     text = tool_env.reset(prompt=[], seed=9, env_config='{"plus_minus_only": true}', split="train")
-    problem = tool_env._env.problem
+    problem = tool_env.env.problem
     assert text.startswith(f"Target: {problem.target}, nums: {list(problem.nums)}")
     assert "*" not in problem.solution
     assert tool_env.answer("2 ** 99999").startswith("Invalid expression")
@@ -341,52 +343,20 @@ def test_tool_env_contract():
     assert tool_env.get_reward() == 1.0
     assert "already answered" in tool_env.answer("1")
     tool_env.reset(seed=9, env_config={"plus_minus_only": True})
-    assert tool_env.get_reward() == 0.0 and tool_env._env.problem == problem  # same seed, same puzzle
+    assert tool_env.get_reward() == 0.0 and tool_env.env.problem == problem  # same seed, same puzzle
 
 
 def test_grpo_trainer_runs_the_answer_tool(tiny_tokenizer, tiny_model, tmp_path):
     """One GRPO step with `environment_factory`; the first turn of 2 rollouts is a scripted, correct tool call."""
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
     from trl_ragen2_envs.datasets import build_rows
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,  # one prompt per step
-        max_completion_length=48,  # keeps the tiny model's generations short
-        max_steps=1,
-        max_tool_calling_iterations=2,
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
+    row = build_rows("countdown", "train", 1)[0]
+    probe = CountdownToolEnv()
+    probe.reset(**row)  # the same row gives the trainer's environments the same puzzle
+    calls = [("answer", {"expression": probe.env.problem.solution})] * 2
+    trainer, metrics = run_scripted_grpo_step(
+        CountdownToolEnv, row, calls, tiny_model, tiny_tokenizer, tmp_path, max_tool_calling_iterations=2
     )
-    trainer = GRPOTrainer(
-        model=tiny_model,
-        args=args,
-        processing_class=tiny_tokenizer,
-        train_dataset=Dataset.from_list(build_rows("countdown", "train", 1)),
-        environment_factory=CountdownToolEnv,
-    )
-    generate, calls = trainer._generate_single_turn, []
-
-    def scripted(prompt_ids, *args, **kwargs):  # random weights never call tools
-        ids, logprobs = generate(prompt_ids, *args, **kwargs)
-        calls.append(len(ids))
-        if len(calls) == 1:
-            solution = trainer.environments[0]._env.problem.solution
-            call = {"name": "answer", "arguments": {"expression": solution}}
-            call_ids = tiny_tokenizer.encode(f"<tool_call>\n{json.dumps(call)}\n</tool_call>")
-            ids = [call_ids + [tiny_tokenizer.eos_token_id] if i < 2 else row for i, row in enumerate(ids)]
-        return ids, logprobs
-
-    trainer._generate_single_turn = scripted
-    trainer.train()
     assert [env.get_reward() for env in trainer.environments] == [1.0, 1.0, 0.0, 0.0]
-    metrics = trainer.state.log_history[0]
     assert metrics["rewards/CountdownToolEnv/mean"] == pytest.approx(0.5)
     assert metrics["tools/call_frequency"] == pytest.approx(0.5)

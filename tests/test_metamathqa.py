@@ -23,6 +23,8 @@ from trl_ragen2_envs.metamathqa import (
     numeric_value,
 )
 
+from .tool_env_helpers import run_scripted_grpo_step
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Extraction and checking
@@ -298,7 +300,7 @@ def test_tool_env_contract():
 
     tool_env = MetaMathQAToolEnv()
     text = tool_env.reset(prompt=[], seed=12, env_config=json.dumps({"max_attempts": 3}))
-    problem = tool_env._env.problem
+    problem = tool_env.env.problem
     assert text.startswith(problem.question)
     assert tool_env.answer("").startswith("Invalid answer")
     assert tool_env.answer(str(int(problem.answer) + 1)).endswith("You have 2 attempt(s) left.")
@@ -306,51 +308,20 @@ def test_tool_env_contract():
     assert tool_env.get_reward() == 0.5
     assert "already finished" in tool_env.answer(problem.answer)
     tool_env.reset(seed=12)  # default config: a new env with one attempt
-    assert tool_env.get_reward() == 0.0 and tool_env._env.max_attempts == 1
+    assert tool_env.get_reward() == 0.0 and tool_env.env.max_attempts == 1
 
 
 def test_grpo_trainer_runs_the_answer_tool(tiny_tokenizer, tiny_model, tmp_path):
     """One GRPO step with `environment_factory`; the first turn of 2 rollouts is a scripted, correct tool call."""
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
     from trl_ragen2_envs.datasets import build_rows
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,  # one prompt per step
-        max_completion_length=48,  # keeps the tiny model's generations short
-        max_steps=1,
-        max_tool_calling_iterations=2,
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
+    row = build_rows("metamathqa", "train", 1)[0]
+    probe = MetaMathQAToolEnv()
+    probe.reset(**row)  # the same row gives the trainer's environments the same problem
+    calls = [("answer", {"value": probe.env.problem.answer})] * 2
+    trainer, metrics = run_scripted_grpo_step(
+        MetaMathQAToolEnv, row, calls, tiny_model, tiny_tokenizer, tmp_path, max_tool_calling_iterations=2
     )
-    trainer = GRPOTrainer(
-        model=tiny_model,
-        args=args,
-        processing_class=tiny_tokenizer,
-        train_dataset=Dataset.from_list(build_rows("metamathqa", "train", 1)),
-        environment_factory=MetaMathQAToolEnv,
-    )
-    generate, calls = trainer._generate_single_turn, []
-
-    def scripted(prompt_ids, *args, **kwargs):  # random weights never call tools
-        ids, logprobs = generate(prompt_ids, *args, **kwargs)
-        calls.append(len(ids))
-        if len(calls) == 1:
-            call = {"name": "answer", "arguments": {"value": trainer.environments[0]._env.problem.answer}}
-            call_ids = tiny_tokenizer.encode(f"<tool_call>\n{json.dumps(call)}\n</tool_call>")
-            ids = [call_ids + [tiny_tokenizer.eos_token_id] if i < 2 else row for i, row in enumerate(ids)]
-        return ids, logprobs
-
-    trainer._generate_single_turn = scripted
-    trainer.train()
     assert [env.get_reward() for env in trainer.environments] == [1.0, 1.0, 0.0, 0.0]
-    metrics = trainer.state.log_history[0]
     assert metrics["rewards/MetaMathQAToolEnv/mean"] == pytest.approx(0.5)
     assert metrics["tools/call_frequency"] == pytest.approx(0.5)
