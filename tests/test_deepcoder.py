@@ -35,6 +35,8 @@ from trl_ragen2_envs.deepcoder import (
 )
 from trl_ragen2_envs.deepcoder.env import TOOL_INSTRUCTIONS
 
+from .tool_env_helpers import run_scripted_grpo_step
+
 
 @pytest.fixture(scope="module", params=["bubblewrap", "plain"])
 def isolation_mode(request):
@@ -450,55 +452,18 @@ def test_tool_env_schema_and_episode():
     assert env.submit("").startswith("Invalid submission")
     assert env.submit("print('nope')").startswith("Passed 0/2 tests.")
     assert env.get_reward() == 0.0
-    assert env.submit(env._env.problem.reference_solution) == "Passed 2/2 tests."
+    assert env.submit(env.env.problem.reference_solution) == "Passed 2/2 tests."
     assert env.get_reward() == 1.0
     assert env.submit("print(1)").startswith("The episode is over")
 
 
 def test_grpo_trainer_runs_one_step_with_a_scripted_submission(tiny_tokenizer, tiny_model, tmp_path):
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
     config = {"num_tests": 2, "timeout_s": 2.0}
     probe = make_env("deepcoder", **config)
     probe.reset(7)
     row = {"prompt": [{"role": "user", "content": "Solve it."}], "seed": 7, "env_config": json.dumps(config)}
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=48,
-        max_steps=1,
-        max_tool_calling_iterations=1,
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-    )
-    trainer = GRPOTrainer(
-        model=tiny_model,
-        args=args,
-        processing_class=tiny_tokenizer,
-        train_dataset=Dataset.from_list([row] * 4),
-        environment_factory=DeepCoderToolEnv,
-    )
-    generate, calls = trainer._generate_single_turn, [0]
-    submissions = [probe.problem.reference_solution, "print('wrong')"]
-
-    def scripted_first_turn(prompt_ids, *a, **k):  # a random model never calls tools: script turn 1
-        ids, logprobs = generate(prompt_ids, *a, **k)
-        calls[0] += 1
-        if calls[0] == 1:
-            for i, code in enumerate(submissions):
-                call = json.dumps({"name": "submit", "arguments": {"code": code}})
-                ids[i] = tiny_tokenizer.encode(f"<tool_call>\n{call}\n</tool_call>") + [tiny_tokenizer.eos_token_id]
-        return ids, logprobs
-
-    trainer._generate_single_turn = scripted_first_turn
-    trainer.train()
+    calls = [("submit", {"code": code}) for code in (probe.problem.reference_solution, "print('wrong')")]
+    trainer, logged = run_scripted_grpo_step(DeepCoderToolEnv, row, calls, tiny_model, tiny_tokenizer, tmp_path)
     assert [e.get_reward() for e in trainer.environments] == [1.0, 0.0, 0.0, 0.0]
-    assert trainer.environments[1]._env.attempts == 1  # the wrong program was judged too
-    logged = trainer.state.log_history[0]
+    assert trainer.environments[1].env.attempts == 1  # the wrong program was judged too
     assert logged["rewards/DeepCoderToolEnv/mean"] == pytest.approx(0.25)

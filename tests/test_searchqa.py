@@ -30,6 +30,8 @@ from trl_ragen2_envs.searchqa import (
 from trl_ragen2_envs.searchqa.env import TOOL_INSTRUCTIONS, ParsedAction
 from trl_ragen2_envs.searchqa.questions import TEMPLATES
 
+from .tool_env_helpers import run_scripted_grpo_step
+
 
 @pytest.fixture(scope="module")
 def world():
@@ -371,13 +373,13 @@ def test_tool_env_schema_and_episode():
     row = {"prompt": [{"role": "user", "content": "Answer."}], "seed": 9, "env_config": '{"top_k": 2}'}
     question = env.reset(**row)
     assert question.startswith("\n\nQuestion: ") and question.endswith(TOOL_INSTRUCTIONS)
-    hops, answer = env._env.episode.hops, env._env.episode.answer
+    hops, answer = env.env.episode.hops, env.env.episode.answer
     assert env.search(hops[0]).count("[Document") == 2  # env_config reached the env
     assert env.finish(answer) == f"Answer recorded: {answer}."
     assert env.get_reward() == 1.0
     assert env.search("more").startswith("The episode is over")
     env.reset(seed=9)  # a row without env_config goes back to the defaults
-    assert env.get_reward() == 0.0 and env._env.top_k == 3
+    assert env.get_reward() == 0.0 and env.env.top_k == 3
     with pytest.raises(ValueError, match="env_config"):
         env.reset(seed=1, env_config="{not json")
     with pytest.raises(TypeError, match="env_config"):
@@ -387,55 +389,19 @@ def test_tool_env_schema_and_episode():
 
 
 def test_grpo_trainer_runs_one_step_with_scripted_tool_calls(tiny_tokenizer, tiny_model, tmp_path):
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
     probe = SearchQAEnv()
     probe.reset(7)
     answer, first_hop = probe.episode.answer, probe.episode.hops[0]
-    row = {"prompt": [{"role": "user", "content": "Answer the question."}], "seed": 7}
-    dataset = Dataset.from_list([row] * 4)  # one question, so every rollout shares it
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=48,
-        max_steps=1,
-        max_tool_calling_iterations=2,
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-    )
-    trainer = GRPOTrainer(
-        model=tiny_model,
-        args=args,
-        processing_class=tiny_tokenizer,
-        train_dataset=dataset,
-        environment_factory=SearchQAToolEnv,
-    )
-    generate, calls = trainer._generate_single_turn, [0]
-    scripted = [
+    row = {"prompt": [{"role": "user", "content": "Answer the question."}], "seed": 7}  # every rollout shares it
+    calls = [
         ("finish", {"answer": answer}),  # rollout 0 answers right away
         ("search", {"query": first_hop}),  # rollout 1 searches (no answer: reward 0)
     ]
-
-    def scripted_first_turn(prompt_ids, *a, **k):  # a random model never calls tools: script turn 1
-        ids, logprobs = generate(prompt_ids, *a, **k)
-        calls[0] += 1
-        if calls[0] == 1:
-            for i, (name, arguments) in enumerate(scripted):
-                call = json.dumps({"name": name, "arguments": arguments})
-                ids[i] = tiny_tokenizer.encode(f"<tool_call>\n{call}\n</tool_call>") + [tiny_tokenizer.eos_token_id]
-        return ids, logprobs
-
-    trainer._generate_single_turn = scripted_first_turn
-    trainer.train()
+    trainer, logged = run_scripted_grpo_step(
+        SearchQAToolEnv, row, calls, tiny_model, tiny_tokenizer, tmp_path, max_tool_calling_iterations=2
+    )
     environments = trainer.environments
     assert [e.get_reward() for e in environments] == [1.0, 0.0, 0.0, 0.0]
-    assert environments[1]._env.steps == 1 and environments[1]._env.last_results.startswith("Search results")
-    logged = trainer.state.log_history[0]  # the step's metrics ([-1] is the end-of-training summary)
+    assert environments[1].env.steps == 1 and environments[1].env.last_results.startswith("Search results")
     assert logged["rewards/SearchQAToolEnv/mean"] == pytest.approx(0.25)
     assert logged["tools/call_frequency"] == pytest.approx(0.5)

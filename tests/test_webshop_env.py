@@ -12,6 +12,8 @@ from trl_ragen2_envs.webshop import MAX_TURNS, WebShopEnv, WebShopToolEnv, tool_
 from trl_ragen2_envs.webshop.engine import parse_action
 from trl_ragen2_envs.webshop.episode_log import read_episodes
 
+from .tool_env_helpers import run_scripted_grpo_step
+
 
 DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "webshop"
 pytestmark = pytest.mark.skipif(
@@ -275,48 +277,12 @@ def test_tool_env_errors_and_turn_budget(config):
 
 
 def test_grpo_trainer_runs_the_tools(tiny_tokenizer, tiny_model, tmp_path, config):
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
-    rows = tool_dataset_rows(4, split="test", **config)
-    dataset = Dataset.from_list([{**row, "seed": 0} for row in rows])  # one group: 4 rollouts of one goal
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=512,  # room for the scripted call and the (short) empty results page
-        max_tool_calling_iterations=1,
-        max_steps=1,
-        bf16=False,
-        use_cpu=True,
-        activation_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
+    row = {**tool_dataset_rows(1, split="test", **config)[0], "seed": 0}  # one group: 4 rollouts of one goal
+    calls = [("search", {"query": "zzqx"})] * 2  # matches nothing: a short results page
+    trainer, logs = run_scripted_grpo_step(
+        WebShopToolEnv, row, calls, tiny_model, tiny_tokenizer, tmp_path, max_completion_length=512
     )
-    trainer = GRPOTrainer(
-        model=tiny_model,
-        args=args,
-        processing_class=tiny_tokenizer,
-        train_dataset=dataset,
-        environment_factory=WebShopToolEnv,
-    )
-    call = '{"name": "search", "arguments": {"query": "zzqx"}}'  # matches nothing: a short results page
-    scripted = tiny_tokenizer.encode(f"<tool_call>\n{call}\n</tool_call>") + [tiny_tokenizer.eos_token_id]
-    short_answer = tiny_tokenizer.encode("ok") + [tiny_tokenizer.eos_token_id]
-    num_calls = [0]
-
-    def first_turn_calls_the_tool(prompt_ids, *args, **kwargs):
-        # Scripted generation (a random model never calls tools): turn 1 of rollouts 0-1 calls `search`, every
-        # other turn answers briefly, so the step needs no slow sampling from the tiny model.
-        num_calls[0] += 1
-        completions = [scripted if num_calls[0] == 1 and i < 2 else short_answer for i in range(len(prompt_ids))]
-        return completions, None
-
-    trainer._generate_single_turn = first_turn_calls_the_tool
-    trainer.train()
     pages = [tool_env.env.session.state.page for tool_env in trainer.environments]
     assert pages == ["results", "results", "search", "search"]
     assert all(tool_env.env.catalog_name == "webshop-small-1k" for tool_env in trainer.environments)
-    logs = next(e for e in trainer.state.log_history if "rewards/WebShopToolEnv/mean" in e)
     assert logs["rewards/WebShopToolEnv/mean"] == 0.0 and logs["tools/call_frequency"] == pytest.approx(0.5)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import StepResult, TextEnv, invalid_step
+from ..tool_adapter import ToolEnvAdapter
 from .extraction import assemble_program, extract_code, syntax_error
 from .judging import TestOutcome, format_feedback, run_tests
 from .problems import CodingProblem, load_deepcoder, load_humaneval
@@ -227,7 +228,7 @@ class DeepCoderEnv(TextEnv):
 ############################################################
 
 
-class DeepCoderToolEnv:
+class DeepCoderToolEnv(ToolEnvAdapter):
     """DeepCoder for `trl.GRPOTrainer(environment_factory=DeepCoderToolEnv)`: one `submit` tool.
 
     Dataset rows carry `seed` and optionally `env_config` (JSON text or a dict of [`DeepCoderEnv`] keywords);
@@ -235,19 +236,11 @@ class DeepCoderToolEnv:
     fraction of tests passed by a submission (0 without one).
     """
 
-    def __init__(self) -> None:
-        self._env: DeepCoderEnv | None = None
-        self._config: dict[str, Any] | None = None
-
-    def reset(self, **row: Any) -> str:
-        from ..datasets import parse_env_config
-
-        config = parse_env_config(row.get("env_config"))
-        if self._env is None or config != self._config:
-            self._env, self._config = DeepCoderEnv(**config), config
-        seed = row.get("seed")
-        observation = self._env.reset(seed=None if seed is None else int(seed))
-        return f"\n\n{observation}\n\n{TOOL_INSTRUCTIONS}"
+    env_class = DeepCoderEnv
+    tool_instructions = TOOL_INSTRUCTIONS
+    reset_layout = "\n\n{observation}\n\n{instructions}"
+    episode_over_reply = "The episode is over: no further submissions are judged."
+    invalid_reply = "Invalid submission: {reason}."
 
     def submit(self, code: str) -> str:
         """Submit a complete Python 3 program for the problem; it runs against the tests.
@@ -258,14 +251,11 @@ class DeepCoderToolEnv:
         Returns:
             How many tests passed and, for failed tests, what was expected and what happened.
         """
-        if self._env is None or self._env.problem is None:
-            return "Error: the environment has not been reset."
-        if self._env.done:
-            return "The episode is over: no further submissions are judged."
-        _, _, _, info = self._env.step(code if isinstance(code, str) else str(code))
-        if not info["action_is_valid"]:
-            return f"Invalid submission: {info['invalid_reason']}."
-        return self._env.feedback
+        return self._act(code)
 
     def get_reward(self) -> float:
-        return self._env.best_score if self._env is not None else 0.0
+        """The best attempt's fraction of tests passed (the environment's own figure, equal to the return)."""
+        return self.env.best_score if self.env is not None else 0.0
+
+    def _reply(self, observation: str, reward: float, done: bool, info: dict[str, Any]) -> str:
+        return self.env.feedback

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import StepResult, TextEnv, invalid_step
+from ..tool_adapter import ToolEnvAdapter
 from .answers import score_answer
 from .hotpotqa import HotpotQuestion, global_passages, load_hotpotqa, question_passages
 from .questions import QUESTION_KINDS, sample_question
@@ -255,7 +256,7 @@ class SearchQAEnv(TextEnv):
 ############################################################
 
 
-class SearchQAToolEnv:
+class SearchQAToolEnv(ToolEnvAdapter):
     """SearchQA for `trl.GRPOTrainer(environment_factory=SearchQAToolEnv)`: tools `search` and `finish`.
 
     Dataset rows carry `seed` (the question) and optionally `env_config`, JSON text or a dict of
@@ -263,34 +264,11 @@ class SearchQAToolEnv:
     prompt. The reward (`get_reward`) is the answer's reward (EM 1, else F1 >= 0.3, else 0), 0 without an answer.
     """
 
-    def __init__(self) -> None:
-        self._env: SearchQAEnv | None = None
-        self._config: dict[str, Any] | None = None
-        self._reward = 0.0
-
-    def reset(self, **row: Any) -> str:
-        from ..datasets import parse_env_config
-
-        config = parse_env_config(row.get("env_config"))
-        if self._env is None or config != self._config:
-            self._env, self._config = SearchQAEnv(**config), config
-        self._reward = 0.0
-        seed = row.get("seed")
-        observation = self._env.reset(seed=None if seed is None else int(seed))
-        return f"\n\n{observation}\n{TOOL_INSTRUCTIONS}"
-
-    def _act(self, action: str) -> str:
-        if self._env is None:
-            return "Error: the environment has not been reset."
-        if self._env.done:
-            return "The episode is over: an answer was already submitted or the search budget is spent."
-        _, reward, _, info = self._env.step(action)
-        if not info["action_is_valid"]:
-            return f"Invalid call: {info['invalid_reason']}."
-        self._reward += reward
-        if info["action"] == "finish":
-            return f"Answer recorded: {info['answer']}."
-        return self._env.last_results
+    env_class = SearchQAEnv
+    tool_instructions = TOOL_INSTRUCTIONS
+    reset_layout = "\n\n{observation}\n{instructions}"
+    episode_over_reply = "The episode is over: an answer was already submitted or the search budget is spent."
+    invalid_reply = "Invalid call: {reason}."
 
     def search(self, query: str) -> str:
         """Search the encyclopedia for passages matching a query.
@@ -314,5 +292,7 @@ class SearchQAToolEnv:
         """
         return self._act(f"finish[{answer}]")
 
-    def get_reward(self) -> float:
-        return self._reward
+    def _reply(self, observation: str, reward: float, done: bool, info: dict[str, Any]) -> str:
+        if info["action"] == "finish":
+            return f"Answer recorded: {info['answer']}."
+        return self.env.last_results

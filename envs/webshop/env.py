@@ -21,7 +21,7 @@ import uuid
 from typing import Any
 
 from ..base import StepResult, TextEnv, invalid_step
-from ..datasets import parse_env_config
+from ..tool_adapter import ToolEnvAdapter
 from .data import ShopConfig, load_shop
 from .engine import ShopSession
 from .episode_log import EpisodeLog, step_record
@@ -228,32 +228,19 @@ class WebShopEnv(TextEnv):
 # TRL adapter
 
 
-class WebShopToolEnv:
+class WebShopToolEnv(ToolEnvAdapter):
     """WebShop for `trl.GRPOTrainer(environment_factory=WebShopToolEnv)`: tools `search` and `click`.
 
     Keywords given to the constructor (e.g. through `functools.partial`) are `WebShopEnv` keywords; a dataset row's
     `env_config` (JSON text) adds to them per episode. The episode allows `max_turns` tool calls (9); further calls
-    change nothing.
+    change nothing. The reward is the episode's: 1.0 for a successful purchase (0.0 otherwise), or the raw score
+    when configured.
     """
 
-    def __init__(self, **env_config: Any):
-        self._base_config = env_config
-        self.env: WebShopEnv | None = None
-        self._env_key: str | None = None
-        self._reward = 0.0
-        self._calls = 0
-
-    def reset(self, **row: Any) -> str:
-        """Start the episode of `row["seed"]` (a random goal without one); returns the tool instructions and the
-        first page, which TRL appends to the prompt's last user message."""
-        config = {**self._base_config, **parse_env_config(row.get("env_config"))}
-        key = json.dumps(config, sort_keys=True, default=str)
-        if self.env is None or key != self._env_key:
-            self.env, self._env_key = WebShopEnv(**config), key
-        seed = row.get("seed")
-        observation = self.env.reset(seed=None if seed is None else int(seed))
-        self._reward, self._calls = 0.0, 0
-        return "\n\n" + TOOL_INSTRUCTIONS_TEMPLATE.format(max_turns=self.env.max_turns) + "\n\n" + observation
+    env_class = WebShopEnv
+    not_started_reply = "Error: the episode has not started."
+    episode_over_reply = "Error: the purchase is made; the episode is over."
+    invalid_reply = "Error: {reason}.\n{observation}"
 
     def search(self, query: str) -> str:
         """Search the store for products; only works on the search page.
@@ -278,24 +265,13 @@ class WebShopToolEnv:
         """
         return self._act(f"click[{element}]")
 
-    def get_reward(self) -> float:
-        """The episode's reward: 1.0 for a successful purchase (0.0 otherwise), or the raw score when configured."""
-        return self._reward
+    def _tool_instructions(self) -> str:
+        return TOOL_INSTRUCTIONS_TEMPLATE.format(max_turns=self.env.max_turns)
 
-    def _act(self, action: str) -> str:
-        env = self.env
-        if env is None or env.session is None:
-            return "Error: the episode has not started."
-        if env.session.done:
-            return "Error: the purchase is made; the episode is over."
-        if self._calls >= env.max_turns:
-            return f"Error: no actions left (the episode allows {env.max_turns})."
-        self._calls += 1
-        observation, reward, _, info = env.step(action)
-        self._reward += reward
-        if not info["action_is_valid"]:
-            return f"Error: {info['invalid_reason']}.\n{observation}"
-        return observation
+    def _refusal(self) -> str | None:
+        if self.env.turn >= self.env.max_turns:  # `turn` counts this episode's steps, rejected ones included
+            return f"Error: no actions left (the episode allows {self.env.max_turns})."
+        return None
 
 
 def tool_dataset_rows(
