@@ -12,12 +12,14 @@ Environments are plain Python (numpy at most): no torch, no TRL.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 
 StepResult = tuple[str, float, bool, dict[str, Any]]
+T = TypeVar("T")
 
 
 class TextEnv(ABC):
@@ -61,10 +63,34 @@ class TextEnv(ABC):
         """Give the environment its own generator: the same seed gives the same instance, no global state."""
         self.rng = np.random.default_rng(seed)
 
+    def pick_for_seed(self, items: Sequence[T], seed: int | None) -> T:
+        """The item a seed picks in a file-backed environment: `items[seed % len(items)]`, so consecutive seeds
+        visit distinct items; without a seed, one drawn from the environment's generator."""
+        return items[seed % len(items) if seed is not None else int(self.rng.integers(len(items)))]
+
 
 def invalid_step(observation: str, reason: str, **info: Any) -> StepResult:
     """The result of an action the environment could not use: no reward, state unchanged, not done."""
     return observation, 0.0, False, {"success": False, "action_is_valid": False, "invalid_reason": reason, **info}
+
+
+def finished_step(
+    observation: str, success: bool, reason: str = "the episode is over; call reset() to start another", **info: Any
+) -> StepResult:
+    """The result of an action after the episode's end: no reward, state unchanged, still done, `success` kept."""
+    return observation, 0.0, True, {"success": success, "action_is_valid": False, "invalid_reason": reason, **info}
+
+
+# Longer text cannot name an action; it is rejected before stripping, so megabyte answers cost nothing.
+MAX_ACTION_CHARS = 64
+
+
+def action_index(action: Any, lookup: dict[str, int]) -> int:
+    """The index `lookup` gives an action name (lower-case keys; case and surrounding whitespace are ignored), or
+    -1 for anything else, text or not."""
+    if not isinstance(action, str) or len(action) > MAX_ACTION_CHARS:
+        return -1
+    return lookup.get(action.strip().lower(), -1)
 
 
 def require_int(field: str, value: Any, minimum: int, fix: str) -> int:

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import StepResult, TextEnv, invalid_step, require_int
+from .base import StepResult, TextEnv, action_index, finished_step, invalid_step, require_int
 from .tool_adapter import ToolEnvAdapter
 
 
@@ -74,8 +74,6 @@ ACTION_NAMES = ("Left", "Down", "Right", "Up")
 ACTION_OFFSETS = ((0, -1), (1, 0), (0, 1), (-1, 0))  # (row, col) step of each entry of ACTION_NAMES
 GOAL_REWARD = 1.0
 RENDER_MODES = ("grid", "grid_coord")
-# Longer text cannot be a move; it is rejected before stripping, so megabyte answers cost nothing.
-MAX_ACTION_CHARS = 64
 ACTION_LOOKUP = {name.lower(): index for index, name in enumerate(ACTION_NAMES)}
 # Slip draws are taken from the env's generator in blocks of this many.
 UNIFORM_BLOCK = 256
@@ -188,13 +186,6 @@ def generate_lake(size: int, p: float, rng: np.random.Generator, max_attempts: i
     )
 
 
-def parse_action(action: Any) -> int:
-    """The index of a move name (case-insensitive, surrounding whitespace ignored), or -1 for anything else."""
-    if not isinstance(action, str) or len(action) > MAX_ACTION_CHARS:
-        return -1
-    return ACTION_LOOKUP.get(action.strip().lower(), -1)
-
-
 def _require_probability(field: str, value: Any, low_open: bool, fix: str) -> float:
     ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
     if not ok or not ((0.0 < value) if low_open else (0.0 <= value)) or not value <= 1.0:
@@ -303,7 +294,7 @@ class FrozenLakeEnv(TextEnv):
         return self.render()
 
     def step(self, action: str) -> StepResult:
-        intended = parse_action(action)
+        intended = action_index(action, ACTION_LOOKUP)
         if intended < 0 or self._done:
             return self._unusable_step()
         direction = intended
@@ -336,12 +327,9 @@ class FrozenLakeEnv(TextEnv):
 
     def _unusable_step(self) -> StepResult:
         if self._lake is None:
-            info = {"success": False, "action_is_valid": False, "action_is_effective": False}
-            return "", 0.0, False, {**info, "invalid_reason": "call reset() before step()"}
+            return invalid_step("", "call reset() before step()", action_is_effective=False)
         if self._done:  # an action after the end changes nothing; the episode stays over
-            reason = "the episode is over; call reset() to start another"
-            info = {"success": self._success, "action_is_valid": False, "action_is_effective": False}
-            return self.render(), 0.0, True, {**info, "invalid_reason": reason}
+            return finished_step(self.render(), self._success, action_is_effective=False)
         reason = f"not a move; use one of {', '.join(ACTION_NAMES)}"
         return invalid_step(self.render(), reason, action_is_effective=False)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import StepResult, TextEnv, invalid_step, require_int
+from .base import StepResult, TextEnv, action_index, finished_step, invalid_step, require_int
 from .sokoban_generation import (
     ACTION_NAMES,
     WALL,
@@ -72,16 +72,7 @@ BOX_OFF_TARGET_PENALTY = -1.0
 SOLVED_BONUS = 10.0
 
 RENDER_MODES = ("grid", "grid_coord")
-# Longer text cannot be a move; it is rejected before stripping, so megabyte answers cost nothing.
-MAX_ACTION_CHARS = 64
 ACTION_LOOKUP = {name.lower(): index for index, name in enumerate(ACTION_NAMES)}
-
-
-def parse_action(action: Any) -> int:
-    """The index of a move name (case-insensitive, surrounding whitespace ignored), or -1 for anything else."""
-    if not isinstance(action, str) or len(action) > MAX_ACTION_CHARS:
-        return -1
-    return ACTION_LOOKUP.get(action.strip().lower(), -1)
 
 
 def render_coordinates(layout, boxes, player: int) -> str:
@@ -200,9 +191,9 @@ class SokobanEnv(TextEnv):
         return self.render()
 
     def step(self, action: str) -> StepResult:
-        index = parse_action(action)
+        index = action_index(action, ACTION_LOOKUP)
         if index < 0 or self._done:
-            return self._unusable_step(index)
+            return self._unusable_step()
         layout = self._layout
         boxes = self._boxes
         player = self._player
@@ -227,13 +218,11 @@ class SokobanEnv(TextEnv):
         info = {"success": solved, "action_is_valid": True, "action_is_effective": new_player != player}
         return self.render(), reward, done, info
 
-    def _unusable_step(self, index: int) -> StepResult:
+    def _unusable_step(self) -> StepResult:
         if self._layout is None:
-            return "", 0.0, False, _invalid_info("call reset() before step()")
+            return invalid_step("", "call reset() before step()", action_is_effective=False)
         if self._done:  # an action after the end changes nothing; the episode stays over
-            info = _invalid_info("the episode is over; call reset() to start another")
-            info["success"] = self._solved
-            return self.render(), 0.0, True, info
+            return finished_step(self.render(), self._solved, action_is_effective=False)
         reason = f"not a move; use one of {', '.join(ACTION_NAMES)}"
         return invalid_step(self.render(), reason, action_is_effective=False)
 
@@ -269,10 +258,6 @@ class SokobanEnv(TextEnv):
     @property
     def is_done(self) -> bool:
         return self._done
-
-
-def _invalid_info(reason: str) -> dict[str, Any]:
-    return {"success": False, "action_is_valid": False, "action_is_effective": False, "invalid_reason": reason}
 
 
 ### TRL adapter
