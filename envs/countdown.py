@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import StepResult, TextEnv, invalid_step
+from .base import StepResult, TextEnv, finished_step, invalid_step
 from .tool_adapter import ToolEnvAdapter
 
 
@@ -366,8 +366,7 @@ class CountdownEnv(TextEnv):
     def reset(self, seed: int | None = None) -> str:
         self.seed_rng(seed)
         if self.problems is not None:
-            index = seed % len(self.problems) if seed is not None else int(self.rng.integers(len(self.problems)))
-            self.problem = self.problems[index]
+            self.problem = self.pick_for_seed(self.problems, seed)
         else:
             self.problem = generate_problem(self.rng, **self.generator_config)
         self.done, self.success = False, False
@@ -378,8 +377,7 @@ class CountdownEnv(TextEnv):
         if self.problem is None:
             raise RuntimeError("call reset() before step()")
         if self.done:
-            info = {"success": self.success, "action_is_valid": False, "invalid_reason": "the episode is over"}
-            return self.observation, 0.0, True, info
+            return finished_step(self.observation, self.success, "the episode is over")
         try:
             evaluation = evaluate_expression(action)
         except ExpressionError as error:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import StepResult, TextEnv, invalid_step
+from .base import StepResult, TextEnv, finished_step, invalid_step
 from .tool_adapter import ToolEnvAdapter
 
 
@@ -348,8 +348,7 @@ class MetaMathQAEnv(TextEnv):
     def reset(self, seed: int | None = None) -> str:
         self.seed_rng(seed)
         if self.problems is not None:
-            index = seed % len(self.problems) if seed is not None else int(self.rng.integers(len(self.problems)))
-            self.problem = self.problems[index]
+            self.problem = self.pick_for_seed(self.problems, seed)
         else:
             self.problem = generate_problem(self.rng, self.families)
         self.attempt, self.done, self.success = 0, False, False
@@ -366,8 +365,7 @@ class MetaMathQAEnv(TextEnv):
         if self.problem is None:
             raise RuntimeError("call reset() before step()")
         if self.done:
-            info = {"success": self.success, "action_is_valid": False, "invalid_reason": "the episode is over"}
-            return self.observation, 0.0, True, info
+            return finished_step(self.observation, self.success, "the episode is over")
         answer = extract_answer(action) if isinstance(action, str) else ""
         if not normalize_answer(answer):
             return invalid_step(self.observation, "the answer is empty", attempt=self.attempt)

@@ -149,9 +149,7 @@ class DeepCoderEnv(TextEnv):
     def _draw_problem(self, seed: int | None) -> CodingProblem:
         if self._file_key is None:
             return generate_problem(self.rng, self.families or None, self.num_tests)
-        problems = _load_file(*self._file_key)
-        index = seed % len(problems) if seed is not None else int(self.rng.integers(len(problems)))
-        return problems[index]
+        return self.pick_for_seed(_load_file(*self._file_key), seed)
 
     def reset(self, seed: int | None = None) -> str:
         self.seed_rng(seed)

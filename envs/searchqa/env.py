@@ -193,9 +193,7 @@ class SearchQAEnv(TextEnv):
     def _draw_episode(self) -> Episode:
         if self._hotpotqa_key is not None:
             questions = _hotpotqa_questions(*self._hotpotqa_key)
-            # a file-backed env maps the seed onto the file, so consecutive seeds visit distinct questions
-            index = self._seed % len(questions) if self._seed is not None else int(self.rng.integers(len(questions)))
-            q = questions[index]
+            q = self.pick_for_seed(questions, self._seed)
             if self.remote is not None:
                 retriever = self.remote
             elif self.corpus == "global":
