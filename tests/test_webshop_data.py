@@ -3,7 +3,6 @@
 import gzip
 import json
 import random
-from pathlib import Path
 
 import pytest
 
@@ -20,16 +19,12 @@ from trl_ragen2_envs.webshop.goals import (
 from trl_ragen2_envs.webshop.jsonstream import iter_json_array, iter_json_object
 from trl_ragen2_envs.webshop.products import index_text, normalize_raw_product, parse_pricing
 
-
-DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "webshop"
-needs_data = pytest.mark.skipif(
-    not (DATA_DIR / "webshop_small_1k_docs.jsonl.gz").exists(), reason="shared WebShop data absent"
-)
+from .webshop_data import DATA_DIR, load_shop_1k, needs_data
 
 
 @pytest.fixture(scope="module")
 def shop_1k(tmp_path_factory):
-    return load_shop(data_dir=str(DATA_DIR), cache_dir=str(tmp_path_factory.getbasetemp() / "webshop-index"))
+    return load_shop_1k(tmp_path_factory)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,7 +1,6 @@
 """WebShop environment: page transitions, pagination, RAGEN's action list, parser fuzzing, logs, the TRL adapter."""
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,17 +12,15 @@ from trl_ragen2_envs.webshop.engine import parse_action
 from trl_ragen2_envs.webshop.episode_log import read_episodes
 
 from .tool_env_helpers import run_scripted_grpo_step
+from .webshop_data import DATA_DIR, index_cache_dir, needs_data
 
 
-DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "webshop"
-pytestmark = pytest.mark.skipif(
-    not (DATA_DIR / "webshop_small_1k_docs.jsonl.gz").exists(), reason="shared WebShop data absent"
-)
+pytestmark = needs_data
 
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory):
-    return {"data_dir": str(DATA_DIR), "cache_dir": str(tmp_path_factory.getbasetemp() / "webshop-index")}
+    return {"data_dir": str(DATA_DIR), "cache_dir": index_cache_dir(tmp_path_factory)}
 
 
 @pytest.fixture

@@ -1,24 +1,17 @@
 """WebShop search: the Lucene-style analyzer, BM25 scores against bm25s' own index, ranking and the index cache."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from trl_ragen2_envs.webshop import search as search_module
-from trl_ragen2_envs.webshop.data import load_shop
 from trl_ragen2_envs.webshop.search import LUCENE_STOP_WORDS, Analyzer, SearchEngine, build_bm25
 
-
-DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "webshop"
-needs_data = pytest.mark.skipif(
-    not (DATA_DIR / "webshop_small_1k_docs.jsonl.gz").exists(), reason="shared WebShop data absent"
-)
+from .webshop_data import load_shop_1k, needs_data
 
 
 @pytest.fixture(scope="module")
 def shop_1k(tmp_path_factory):
-    return load_shop(data_dir=str(DATA_DIR), cache_dir=str(tmp_path_factory.getbasetemp() / "webshop-index"))
+    return load_shop_1k(tmp_path_factory)
 
 
 def test_analyzer_follows_lucene_english():

@@ -16,6 +16,8 @@ pytest.importorskip("flask")
 from trl_ragen2_envs.webshop import WebShopEnv  # noqa: E402
 from trl_ragen2_envs.webshop.server import DEFAULT_HOST, build_parser, create_app  # noqa: E402
 
+from .webshop_data import index_cache_dir  # noqa: E402
+
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -28,7 +30,7 @@ def env_kwargs(tmp_path_factory):
     return {
         "procedural": True,
         "procedural_products": 300,
-        "cache_dir": str(tmp_path_factory.getbasetemp() / "webshop-index"),
+        "cache_dir": index_cache_dir(tmp_path_factory),
     }
 
 
