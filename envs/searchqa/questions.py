@@ -40,11 +40,18 @@ def _with(world: World, kind: str, *attrs: str) -> list[Entity]:
     return [e for e in world.of_kind(kind) if all(a in e.attrs for a in attrs)]
 
 
-def _bridge(world: World, template: str, question: str, answer, first: Entity, link: str, attr: str) -> WorldQuestion:
-    """First entity -(link)-> second entity -> its `attr` is the answer."""
+def _hop(
+    world: World, rng: np.random.Generator, kind: str, link: str, attr: str, template: str, phrasing: str
+) -> WorldQuestion | None:
+    """Bridge: an entity of `kind` -(link)-> a second entity, whose `attr` is the answer (None when no entity of
+    `kind` leads to one with `attr`). `phrasing` names the first entity as {a}."""
+    first = _pick(rng, [e for e in _with(world, kind, link) if attr in world.entities[e[link]].attrs])
+    if first is None:
+        return None
     second = world.entities[first[link]]
     supporting = (world.fact_passage[(first.name, link)], world.fact_passage[(second.name, attr)])
-    return WorldQuestion(question, str(answer), "bridge", template, (first.name, second.name), supporting)
+    question = phrasing.format(a=first.name)
+    return WorldQuestion(question, str(second[attr]), "bridge", template, (first.name, second.name), supporting)
 
 
 ############################################################
@@ -52,71 +59,44 @@ def _bridge(world: World, template: str, question: str, answer, first: Entity, l
 ############################################################
 
 
-def _founder_birthplace(world: World, rng: np.random.Generator) -> WorldQuestion:
-    company = _pick(rng, world.of_kind("company"))
-    founder = world.entities[company["founder"]]
-    question = f"In which city was the founder of {company.name} born?"
-    return _bridge(world, "founder_birthplace", question, founder["birthplace"], company, "founder", "birthplace")
+def _founder_birthplace(world: World, rng: np.random.Generator) -> WorldQuestion | None:
+    phrasing = "In which city was the founder of {a} born?"
+    return _hop(world, rng, "company", "founder", "birthplace", "founder_birthplace", phrasing)
 
 
 def _alma_mater_founded(world: World, rng: np.random.Generator) -> WorldQuestion | None:
-    person = _pick(rng, _with(world, "person", "alma_mater"))
-    if person is None:
-        return None
-    founded = world.entities[person["alma_mater"]]["founded"]
-    question = f"In what year was the university attended by {person.name} founded?"
-    return _bridge(world, "alma_mater_founded", question, founded, person, "alma_mater", "founded")
+    phrasing = "In what year was the university attended by {a} founded?"
+    return _hop(world, rng, "person", "alma_mater", "founded", "alma_mater_founded", phrasing)
 
 
-def _headquarters_country(world: World, rng: np.random.Generator) -> WorldQuestion:
-    company = _pick(rng, world.of_kind("company"))
-    country = world.entities[company["headquarters"]]["country"]
-    question = f"In which country does {company.name} have its headquarters?"
-    return _bridge(world, "headquarters_country", question, country, company, "headquarters", "country")
+def _headquarters_country(world: World, rng: np.random.Generator) -> WorldQuestion | None:
+    phrasing = "In which country does {a} have its headquarters?"
+    return _hop(world, rng, "company", "headquarters", "country", "headquarters_country", phrasing)
 
 
 def _employer_founder(world: World, rng: np.random.Generator) -> WorldQuestion | None:
-    person = _pick(rng, _with(world, "person", "employer"))
-    if person is None:
-        return None
-    founder = world.entities[person["employer"]]["founder"]
-    question = f"Who founded the company that {person.name} worked for?"
-    return _bridge(world, "employer_founder", question, founder, person, "employer", "founder")
+    phrasing = "Who founded the company that {a} worked for?"
+    return _hop(world, rng, "person", "employer", "founder", "employer_founder", phrasing)
 
 
-def _inventor_occupation(world: World, rng: np.random.Generator) -> WorldQuestion:
-    invention = _pick(rng, world.of_kind("invention"))
-    occupation = world.entities[invention["inventor"]]["occupation"]
-    question = f"What was the profession of the inventor of the {invention.name}?"
-    return _bridge(world, "inventor_occupation", question, occupation, invention, "inventor", "occupation")
+def _inventor_occupation(world: World, rng: np.random.Generator) -> WorldQuestion | None:
+    phrasing = "What was the profession of the inventor of the {a}?"
+    return _hop(world, rng, "invention", "inventor", "occupation", "inventor_occupation", phrasing)
 
 
 def _birthplace_river(world: World, rng: np.random.Generator) -> WorldQuestion | None:
-    on_rivers = {c.name for c in _with(world, "city", "river")}
-    person = _pick(rng, [p for p in world.of_kind("person") if p["birthplace"] in on_rivers])
-    if person is None:
-        return None
-    river = world.entities[person["birthplace"]]["river"]
-    question = f"On which river does the birthplace of {person.name} lie?"
-    return _bridge(world, "birthplace_river", question, river, person, "birthplace", "river")
+    phrasing = "On which river does the birthplace of {a} lie?"
+    return _hop(world, rng, "person", "birthplace", "river", "birthplace_river", phrasing)
 
 
 def _city_river_length(world: World, rng: np.random.Generator) -> WorldQuestion | None:
-    city = _pick(rng, _with(world, "city", "river"))
-    if city is None:
-        return None
-    length = world.entities[city["river"]]["length_km"]
-    question = f"How many kilometres long is the river on which {city.name} lies?"
-    return _bridge(world, "city_river_length", question, length, city, "river", "length_km")
+    phrasing = "How many kilometres long is the river on which {a} lies?"
+    return _hop(world, rng, "city", "river", "length_km", "city_river_length", phrasing)
 
 
 def _manufacturer_headquarters(world: World, rng: np.random.Generator) -> WorldQuestion | None:
-    invention = _pick(rng, _with(world, "invention", "manufacturer"))
-    if invention is None:
-        return None
-    city = world.entities[invention["manufacturer"]]["headquarters"]
-    question = f"In which city is the company that first manufactured the {invention.name} headquartered?"
-    return _bridge(world, "manufacturer_headquarters", question, city, invention, "manufacturer", "headquarters")
+    phrasing = "In which city is the company that first manufactured the {a} headquartered?"
+    return _hop(world, rng, "invention", "manufacturer", "headquarters", "manufacturer_headquarters", phrasing)
 
 
 ############################################################
