@@ -306,7 +306,10 @@ def test_two_step_snr_training_with_the_callback_plots_the_kept_fraction(tmp_pat
     assert logs.source == run / "metrics.jsonl" and logs.last_step == 2
     assert metric_series(logs.records, "ragen2/filter/kept_fraction") == ([1, 2], [0.25, 0.25])
     report = plot_run_report(run)
-    assert report.paths == [run / "plots" / "training_curves.png"] and report.paths[0].stat().st_size > 0
+    curves = run / "plots" / "training_curves.png"
+    assert curves in report.paths and curves.stat().st_size > 0
+    # the trainer's MI diagnostics ran at step 1, so the regime plots exist too
+    assert {run / "plots" / f"regimes_{scope}.png" for scope in ("first_turn", "trajectory")} <= set(report.paths)
     figure = plot_training_curves(logs)
     assert line(panel(figure, "SNR filter: kept fraction"), "ragen2/filter/kept_fraction") == ([1, 2], [0.25, 0.25])
     assert any("ragen2/mi/trajectory" in note for note in report.missing)  # no MI diagnostics attached
