@@ -1,0 +1,395 @@
+"""The documentation in docs/ matches the code: links resolve, and every logged metric, config field and environment
+(with its keywords, tools and the examples shown) is documented.
+
+Metric keys are collected twice: statically, from every `"ragen2/..."` string and f-string template in the library's
+source and from the pure functions that name the templated parts (fast); and dynamically, from the `log_history` of
+one real PPO step on the tiny model with the RAGEN rollout, the MI diagnostics, KL-in-reward and an evaluation, which
+exercises every writer (GRPO's keys are a subset: the PPO trainer is its subclass).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+METRICS_DOC = DOCS / "metrics.md"
+METHOD_DOC = DOCS / "method.md"
+ENV_CARDS = DOCS / "environments"
+SHARED_WEBSHOP = ROOT.parent / "shared" / "data" / "webshop"
+
+FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.MULTILINE | re.DOTALL)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+BACKTICKED = re.compile(r"`([^`\n]+)`")
+PLACEHOLDER = re.compile(r"\{[^{}]*\}|<[^<>/]*>")
+KEY_LITERAL = re.compile(r"""f?(["'])((?:eval_)?ragen2/[^"'\n]*)\1""")
+SCOPES = ("first_turn", "trajectory")
+
+
+def markdown_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def prose(text: str) -> str:
+    """Markdown without fenced code blocks (links and headings inside them are not links or headings)."""
+    return FENCE.sub("", text)
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "").strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    result = set()
+    for heading in HEADING.findall(prose(path.read_text(encoding="utf-8"))):
+        anchor = github_anchor(heading)
+        count = seen.get(anchor, 0)
+        seen[anchor] = count + 1
+        result.add(anchor if count == 0 else f"{anchor}-{count}")
+    return result
+
+
+def backticked(path: Path) -> set[str]:
+    return set(BACKTICKED.findall(path.read_text(encoding="utf-8")))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Links
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_docs_exist():
+    expected = ["index.md", "method.md", "metrics.md", "scaling.md", "tiny_model.md", "cli.md"]
+    assert [name for name in expected if not (DOCS / name).is_file()] == []
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(path):
+    text = INLINE_CODE.sub(lambda m: "`" + "x" * (len(m.group()) - 2) + "`", prose(path.read_text(encoding="utf-8")))
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto: ...
+            continue
+        file_part, _, fragment = target.partition("#")
+        resolved = (path.parent / file_part).resolve() if file_part else path
+        if not resolved.exists():
+            broken.append(f"{target}: no such file {resolved}")
+        elif fragment and resolved.suffix == ".md" and fragment not in anchors(resolved):
+            broken.append(f"{target}: no heading with anchor #{fragment} in {resolved.name}")
+    assert broken == [], f"{path.relative_to(ROOT)} has broken links:\n" + "\n".join(broken)
+
+
+def test_readme_links_the_documentation():
+    assert "docs/index.md" in LINK.findall((ROOT / "README.md").read_text(encoding="utf-8"))
+
+
+def test_index_links_every_page():
+    linked = {Path(target.partition("#")[0]) for target in LINK.findall((DOCS / "index.md").read_text())}
+    pages = {path.relative_to(DOCS) for path in DOCS.rglob("*.md")} - {Path("index.md")}
+    assert sorted(map(str, pages - linked)) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Metric keys
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def documented_keys() -> set[str]:
+    keys = {token for token in backticked(METRICS_DOC) if re.fullmatch(r"(eval_)?ragen2/[^\s]+", token)}
+    return {key for key in keys if not key.endswith("...")}  # `ragen2/ppo/...` names a group, not a key
+
+
+def normalize(key: str) -> str:
+    """A logged key with its environment and scope replaced by the placeholders metrics.md uses."""
+    from trl_ragen2_envs import ENVIRONMENTS
+
+    parts = key.split("/")
+    if len(parts) >= 3 and parts[0] in ("ragen2", "eval_ragen2"):
+        if parts[1] == "env" and parts[2] in ENVIRONMENTS:
+            parts[2] = "<env>"
+        if parts[1] == "mi" and parts[2] in SCOPES:
+            parts[2] = "<scope>"
+    return "/".join(parts)
+
+
+def source_templates() -> dict[str, set[str]]:
+    """Every `"ragen2/..."` string (f-string fields and `<...>` become placeholders) in the modules that write the
+    trainer's metrics (those touching `_metrics[`), by file. Readers (plots, summaries) only consume these keys."""
+    templates: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "trl_ragen2").rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        if "_metrics[" not in source:
+            continue
+        for _, key in KEY_LITERAL.findall(source):
+            if key.count("/") >= 2:  # "ragen2/env" alone is a prefix, not a key
+                templates.setdefault(normalize(key), set()).add(path.name)
+    return templates
+
+
+def template_regex(template: str) -> re.Pattern:
+    pieces = PLACEHOLDER.split(template)
+    return re.compile("[^/]+".join(re.escape(piece) for piece in pieces))
+
+
+def expected_keys() -> set[str]:
+    """The keys the pure functions name, expanded with the placeholders of metrics.md (train keys only)."""
+    import torch
+
+    from trl_ragen2.agent_rollout import aggregate_env_metrics
+    from trl_ragen2.diagnostics import MIDiagnostics
+    from trl_ragen2.filtering import filter_stats
+    from trl_ragen2.rollout import Episode, EpisodeSpec
+
+    keys = {f"ragen2/filter/{key}" for key in filter_stats(torch.tensor([0.0, 1.0]), 2, torch.ones(1, dtype=bool))}
+    keys |= {f"ragen2/mi/<scope>/{key}" for key in MIDiagnostics().metric_keys}
+    episode = Episode(EpisodeSpec("sokoban", 0), None, [], [], 1, 1)
+    keys |= {f"ragen2/env/{key}" for key in aggregate_env_metrics([("<env>", episode.stats())])}
+    keys |= {key for key in source_templates() if not PLACEHOLDER.search(key)}
+    return keys
+
+
+def test_every_key_the_code_names_is_documented():
+    missing = sorted(expected_keys() - documented_keys())
+    assert missing == [], f"metric keys missing from docs/metrics.md: {missing}"
+
+
+def test_every_key_template_in_the_source_matches_a_documented_key():
+    documented = documented_keys()
+    unmatched = {
+        template: files
+        for template, files in source_templates().items()
+        if not any(template_regex(template).fullmatch(key) for key in documented)
+    }
+    assert unmatched == {}, f"source keys with no entry in docs/metrics.md: {unmatched}"
+
+
+def test_every_documented_key_exists_in_the_code():
+    """No stale entries: each documented key is named by the code (evaluation keys: `eval_` + a training key)."""
+    patterns = [template_regex(template) for template in source_templates()]
+    named = expected_keys()
+    stale = []
+    for key in documented_keys():
+        train_key = key.removeprefix("eval_")
+        if key.startswith("eval_") and not train_key.startswith(("ragen2/env/", "ragen2/ppo/")):
+            stale.append(f"{key} (only episode and PPO statistics are logged in evaluation)")
+        elif train_key not in named and not any(pattern.fullmatch(train_key) for pattern in patterns):
+            stale.append(key)
+    assert sorted(stale) == []
+
+
+def test_training_and_evaluation_step_logs_only_documented_keys(tmp_path, tiny_tokenizer):
+    """One PPO step (critic, GAE, KL in the reward) on RAGEN Sokoban rollouts with the MI diagnostics and the filter,
+    then an evaluation: every `ragen2/` key in the logs is documented."""
+    from datasets import Dataset
+
+    from trl_ragen2.agent_rollout import RagenRollout, env_return
+    from trl_ragen2.ppo_config import SNRFilteredPPOConfig
+    from trl_ragen2.ppo_trainer import SNRFilteredPPOTrainer
+    from trl_ragen2.rollout import RolloutConfig
+    from trl_ragen2.tiny import tiny_model_path
+    from trl_ragen2_envs.datasets import build_rows
+
+    args = SNRFilteredPPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=8,  # 2 rooms x 4 rollouts
+        num_generations=4,
+        max_completion_length=256,  # room for two short turns and their feedback
+        max_steps=1,
+        beta=0.01,  # KL in the reward logs ragen2/ppo/kl (needs the reference model, hence a saved tiny model)
+        kl_in_reward=True,
+        mi_num_samples=4,  # the diagnostics run at step 1 in both scopes
+        eval_strategy="steps",
+        eval_steps=1,
+        per_device_eval_batch_size=2,
+        num_generations_eval=1,
+        bf16=False,
+        use_cpu=True,
+        activation_checkpointing=False,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+    )
+    trainer = SNRFilteredPPOTrainer(
+        model=tiny_model_path(seed=0),
+        reward_funcs=env_return,
+        args=args,
+        train_dataset=Dataset.from_list(build_rows("sokoban", "train", 2)),
+        eval_dataset=Dataset.from_list(build_rows("sokoban", "validation", 2)),
+        processing_class=tiny_tokenizer,
+        rollout_func=RagenRollout(RolloutConfig(max_turns=2)),
+    )
+    # Scripted replies that differ within a group, so returns vary and the filter keeps some groups.
+    replies = [
+        "a</think><answer>Down || Left</answer>",
+        "b</think><answer>Up</answer>",
+        "c",
+        "d</think><answer>x</answer>",
+    ]
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        encoded = [tiny_tokenizer.encode(replies[i % 4], add_special_tokens=False) for i in range(len(prompt_ids))]
+        return [ids + [tiny_tokenizer.eos_token_id] for ids in encoded], None
+
+    trainer._generate_single_turn = generate
+    trainer.train()
+
+    logged = {normalize(key) for entry in trainer.state.log_history for key in entry if "ragen2/" in key}
+    # the run reached every writer: filter, both MI scopes, episodes (train and eval), PPO (train and eval)
+    for prefix in ("ragen2/filter/", "ragen2/mi/<scope>/", "ragen2/env/<env>/", "eval_ragen2/env/<env>/",
+                   "ragen2/ppo/", "eval_ragen2/ppo/"):  # fmt: skip
+        assert any(key.startswith(prefix) for key in logged), f"no {prefix} key logged"
+    assert sorted(logged - documented_keys()) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Config fields
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def own_fields(cls) -> list[dataclasses.Field]:
+    """The dataclass fields `cls` itself declares (not those it inherits unchanged)."""
+    names = inspect.get_annotations(cls)
+    return [f for f in dataclasses.fields(cls) if f.name in names]
+
+
+def config_groups():
+    from trl_ragen2.grpo_config import MIDiagnosticsArguments, SNRFilterArguments
+    from trl_ragen2.ppo_config import SNRFilteredPPOConfig
+    from trl_ragen2.recipe_utils import AgentScriptArguments
+    from trl_ragen2.rollout import RolloutConfig
+
+    return [
+        ("", SNRFilterArguments, dataclasses.fields(SNRFilterArguments)),
+        ("", MIDiagnosticsArguments, dataclasses.fields(MIDiagnosticsArguments)),
+        ("", SNRFilteredPPOConfig, own_fields(SNRFilteredPPOConfig)),
+        ("RolloutConfig.", RolloutConfig, dataclasses.fields(RolloutConfig)),
+        ("AgentScriptArguments.", AgentScriptArguments, dataclasses.fields(AgentScriptArguments)),
+    ]
+
+
+def test_ragen2_config_fields_are_in_the_method_page():
+    from trl_ragen2.grpo_config import SNRFilteredGRPOConfig
+
+    ragen2_fields = [
+        f.name for f in dataclasses.fields(SNRFilteredGRPOConfig) if f.name.startswith(("reward_variance_", "mi_"))
+    ]
+    assert len(ragen2_fields) >= 20  # the two groups exist under their prefixes
+    tokens = backticked(METHOD_DOC)
+    missing = [name for name in ragen2_fields if name not in tokens]
+    for prefix, _, fields in config_groups():
+        missing += [prefix + f.name for f in fields if prefix + f.name not in tokens]
+    assert missing == [], f"config fields missing from docs/method.md: {missing}"
+
+
+def table_defaults(path: Path) -> dict[str, str]:
+    """`| `field` | default | ...` rows of a page's tables: field -> the default cell."""
+    rows = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        match = re.fullmatch(r"`([\w.]+)`", cells[0]) if len(cells) >= 3 else None
+        if match:
+            rows.setdefault(match.group(1), cells[1])
+    return rows
+
+
+def test_documented_defaults_match_the_code():
+    """Where method.md's table gives a default as a Python literal, it is the field's default."""
+    rows = table_defaults(METHOD_DOC)
+    wrong = []
+    for prefix, _, fields in config_groups():
+        for field in fields:
+            cell = rows.get(prefix + field.name)
+            literal = re.match(r"`([^`]+)`", cell or "")
+            if literal is None:
+                continue  # a default that depends on the environment or the trainer, described in words
+            try:
+                documented = ast.literal_eval(literal.group(1))
+            except (ValueError, SyntaxError):
+                continue
+            default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+            if documented != default:
+                wrong.append(f"{prefix}{field.name}: docs say {documented!r}, code has {default!r}")
+    assert wrong == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Environment cards
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def env_names() -> list[str]:
+    from trl_ragen2_envs import ENVIRONMENTS
+
+    return sorted(ENVIRONMENTS)
+
+
+def tool_adapters(name: str) -> list[type]:
+    """The `environment_factory` classes of an environment: the `*ToolEnv` classes of its module."""
+    import sys
+
+    from trl_ragen2_envs import get_env_class
+
+    module = sys.modules[get_env_class(name).__module__]
+    return [obj for attr, obj in vars(module).items() if attr.endswith("ToolEnv") and inspect.isclass(obj)]
+
+
+@pytest.mark.parametrize("name", env_names())
+def test_every_environment_has_a_card(name):
+    card = ENV_CARDS / f"{name}.md"
+    assert card.is_file(), f"no card docs/environments/{name}.md"
+    text = card.read_text(encoding="utf-8")
+    assert f'make_env("{name}")' in text
+    assert f"environments/{name}.md" in (DOCS / "index.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", env_names())
+def test_card_lists_the_constructor_keywords_and_tools(name):
+    from trl_ragen2_envs import get_env_class
+
+    tokens = backticked(ENV_CARDS / f"{name}.md")
+    text = (ENV_CARDS / f"{name}.md").read_text(encoding="utf-8")
+    keywords = [p for p in inspect.signature(get_env_class(name)).parameters if p not in ("self", "args", "kwargs")]
+    missing = [keyword for keyword in keywords if not any(re.search(rf"\b{keyword}\b", token) for token in tokens)]
+    adapters = tool_adapters(name)
+    assert adapters, f"{name} has no *ToolEnv adapter class"
+    for adapter in adapters:
+        missing += [adapter.__name__] if adapter.__name__ not in text else []
+        tools = [n for n, member in inspect.getmembers(adapter, inspect.isfunction)
+                 if not n.startswith("_") and n not in ("reset", "get_reward")]  # fmt: skip
+        assert tools, f"{adapter.__name__} exposes no tool"
+        missing += [f"tool {tool}" for tool in tools if not re.search(rf"`{tool}\(", text)]
+    assert missing == [], f"docs/environments/{name}.md does not mention {missing}"
+
+
+def first_observation(name: str) -> str | None:
+    """The observation the card shows for its example reset, computed now."""
+    from trl_ragen2_envs import make_env
+
+    if name == "webshop":
+        if not SHARED_WEBSHOP.is_dir():
+            return None
+        return make_env("webshop", data_dir=str(SHARED_WEBSHOP), split="train").reset(seed=26)
+    return make_env(name).reset(seed=0)
+
+
+@pytest.mark.parametrize("name", env_names())
+def test_card_example_is_what_the_environment_shows(name):
+    observation = first_observation(name)
+    if observation is None:
+        pytest.skip("the shared WebShop data is not next to the repository")
+    text = (ENV_CARDS / f"{name}.md").read_text(encoding="utf-8")
+    head = "\n".join(observation.splitlines()[:3])  # long observations are abbreviated in the cards
+    assert head in text, f"docs/environments/{name}.md does not show the current reset observation:\n{head}"
