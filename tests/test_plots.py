@@ -312,4 +312,4 @@ def test_two_step_snr_training_with_the_callback_plots_the_kept_fraction(tmp_pat
     assert {run / "plots" / f"regimes_{scope}.png" for scope in ("first_turn", "trajectory")} <= set(report.paths)
     figure = plot_training_curves(logs)
     assert line(panel(figure, "SNR filter: kept fraction"), "ragen2/filter/kept_fraction") == ([1, 2], [0.25, 0.25])
-    assert any("ragen2/mi/trajectory" in note for note in report.missing)  # no MI diagnostics attached
+    assert not any("ragen2/mi/trajectory/mi_est" in note for note in report.missing)
