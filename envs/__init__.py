@@ -22,6 +22,7 @@ ENVIRONMENTS = {
 
 
 def get_env_class(name: str):
+    """The environment class registered as `name` (its module is imported now)."""
     if name not in ENVIRONMENTS:
         raise ValueError(f"env={name!r} is not a known environment; choose one of {sorted(ENVIRONMENTS)}")
     module_name, class_name = ENVIRONMENTS[name].split(":")

@@ -3,8 +3,13 @@
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -65,3 +65,16 @@ def test_recipe_rejects_bad_algorithm(tmp_path):
     )  # fmt: skip
     assert result.returncode != 0
     assert "algorithm must be one of ('grpo', 'ppo'), got 'dqn'" in result.stderr
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in (RECIPES / "configs").glob("*.yaml")))
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_every_config_parses_for_both_algorithms(config, algorithm):
+    from trl_ragen2.recipe_utils import AgentScriptArguments, parse_recipe_args, trainer_classes
+
+    argv = ["--config", str(RECIPES / "configs" / config), "--algorithm", algorithm]
+    argv += ["--bf16", "false", "--use_cpu", "true"]  # the GPU presets, checked on this CPU machine
+    script_args, training_args, _ = parse_recipe_args(AgentScriptArguments, argv)
+    assert isinstance(training_args, trainer_classes(algorithm)[1])
+    assert script_args.algorithm == algorithm
+    assert training_args.reward_variance_filtering == "top_p"

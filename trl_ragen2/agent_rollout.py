@@ -106,6 +106,7 @@ class RagenRollout:
         return found
 
     def engine_for(self, trainer) -> RolloutEngine:
+        """A rollout engine bound to the trainer's tokenizer, token budget and processes."""
         config = self.config
         if config.max_completion_tokens is None:
             config = RolloutConfig(**{**vars(config), "max_completion_tokens": trainer.args.max_completion_length})

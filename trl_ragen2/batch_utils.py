@@ -29,10 +29,12 @@ MULTIMODAL_KEYS = (
 
 
 def num_rows(batch: dict[str, Any]) -> int:
+    """Rows (B) of a generation batch."""
     return batch["completion_ids"].size(0)
 
 
 def is_row_tensor(value: Any, rows: int) -> bool:
+    """Whether `value` is a per-row tensor of a batch with `rows` rows (its first dimension is the row)."""
     return isinstance(value, torch.Tensor) and value.dim() >= 1 and value.size(0) == rows
 
 

@@ -97,6 +97,7 @@ class SNRFilterArguments:
     )
 
     def validate_reward_variance_fields(self) -> None:
+        """Raise a `ValueError` naming the field, its value and the fix for any invalid `reward_variance_*` field."""
         strategy = self.reward_variance_filtering
         if strategy is not None and strategy not in STRATEGIES:
             raise ValueError(

@@ -303,6 +303,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             self.load_ragen2_state(checkpoint)
 
     def load_ragen2_state(self, checkpoint_dir: str) -> None:
+        """Restore the state [`save_ragen2_state`] wrote, when the checkpoint has it."""
         path = os.path.join(checkpoint_dir, FILTER_STATE_FILE)
         if os.path.exists(path):
             with open(path) as f:

@@ -35,6 +35,8 @@ class AgentScriptArguments:
         num_eval_prompts (`int`, defaults to `512`): Validation episodes, one rollout each (RAGEN: 512).
         max_turns (`int`, defaults to `5`): Turns per episode.
         max_actions_per_turn (`int`, defaults to `2`): Actions executed per answer.
+        max_actions_per_episode (`int`, *optional*): Action budget of an episode, shown in the prompt; defaults to
+            RAGEN's per environment (e.g. 10 for Sokoban, 1 for MetaMathQA: raise it with `max_turns` for retries).
         max_tokens_per_turn (`int`, defaults to `400`): Generation limit of one reply (RAGEN: 400).
         eval_temperature (`float`, defaults to `0.5`): Sampling temperature of validation rollouts (RAGEN: 0.5).
         write_plots (`bool`, defaults to `True`): Write the training-curve and regime PNGs at the end of the run.
@@ -47,6 +49,9 @@ class AgentScriptArguments:
     num_eval_prompts: int = field(default=512, metadata={"help": "Validation episodes (RAGEN: 512)."})
     max_turns: int = field(default=5, metadata={"help": "Turns per episode."})
     max_actions_per_turn: int = field(default=2, metadata={"help": "Actions executed per answer."})
+    max_actions_per_episode: int | None = field(
+        default=None, metadata={"help": "Action budget of an episode (default: RAGEN's per environment)."}
+    )
     max_tokens_per_turn: int = field(default=400, metadata={"help": "Generation limit per reply (RAGEN: 400)."})
     eval_temperature: float = field(default=0.5, metadata={"help": "Validation sampling temperature (RAGEN: 0.5)."})
     write_plots: bool = field(default=True, metadata={"help": "Write PNG plots at the end of the run."})
@@ -69,12 +74,15 @@ class AgentScriptArguments:
 
     @property
     def env_kwargs(self) -> dict[str, Any]:
+        """The environment constructor keywords of `env_config`."""
         return json.loads(self.env_config)
 
     def rollout_config(self) -> RolloutConfig:
+        """The turn-loop settings these arguments describe."""
         return RolloutConfig(
             max_turns=self.max_turns,
             max_actions_per_turn=self.max_actions_per_turn,
+            max_actions_per_episode=self.max_actions_per_episode,
             max_tokens_per_turn=self.max_tokens_per_turn,
             eval_temperature=self.eval_temperature,
         )

@@ -273,6 +273,7 @@ class RolloutEngine:
         self.eos_token_id = tokenizer.eos_token_id
 
     def start(self, spec: EpisodeSpec) -> Episode:
+        """Build and reset the episode's environment and render its first prompt."""
         env = make_env(spec.env, **spec.env_config)
         observation = env.reset(seed=spec.seed)
         actions, prompt_tokens = prompt_budget(

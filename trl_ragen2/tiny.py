@@ -184,6 +184,7 @@ def make_tiny_model(
 
 
 def is_tiny_model_name(name_or_path: str | None) -> bool:
+    """Whether a model name asks for the offline tiny model (`"tiny"`)."""
     return name_or_path is not None and name_or_path.strip().lower() == TINY_MODEL_NAME
 
 
