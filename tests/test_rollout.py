@@ -177,6 +177,31 @@ def test_aggregate_env_metrics():
     }
 
 
+def test_mixed_environment_batches_also_log_the_pooled_metrics():
+    from trl_ragen2.agent_rollout import log_env_metrics
+
+    class Accelerator:
+        num_processes = 1
+
+    class Trainer:
+        accelerator = Accelerator()
+        _metrics = {"train": __import__("collections").defaultdict(list)}
+
+    episodes = []
+    for env, success in (("sokoban", True), ("countdown", False), ("countdown", False)):
+        episode = RolloutEngine.__new__(RolloutEngine)  # only the fields stats() reads are needed
+        episode = type("E", (), {})()
+        episode.spec = EpisodeSpec(env, 0)
+        episode.stats = lambda success=success: {"success": float(success), "return": 1.0, "turns": 1.0,
+                                                 "valid_actions": 1.0, "actions": 1.0, "format_errors": 0.0,
+                                                 "context_limited": 0.0}  # fmt: skip
+        episodes.append(episode)
+    metrics = log_env_metrics(Trainer(), episodes, "train")
+    assert metrics["sokoban/success_rate"] == 1.0 and metrics["countdown/success_rate"] == 0.0
+    assert metrics["all/success_rate"] == pytest.approx(1 / 3)
+    assert Trainer._metrics["train"]["ragen2/env/all/success_rate"] == [pytest.approx(1 / 3)]
+
+
 def test_evaluate_scripted_solver_on_validation_seeds(tiny_tokenizer):
     engine = RolloutEngine(tiny_tokenizer, RolloutConfig(max_turns=10))
     result = evaluate_episodes(

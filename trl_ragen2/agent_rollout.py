@@ -148,12 +148,17 @@ class RagenRollout:
 
 
 def log_env_metrics(trainer, episodes: Sequence[Episode], mode: str, prefix: str = "ragen2/env") -> dict[str, float]:
-    """Gather every process's episode statistics and append `ragen2/env/<env>/<metric>` to the trainer's metrics."""
+    """Gather every process's episode statistics and append `ragen2/env/<env>/<metric>` to the trainer's metrics.
+
+    A batch that mixes environments also gets `ragen2/env/all/<metric>` over all its episodes.
+    """
     from accelerate.utils import gather_object
 
     local = [(episode.spec.env, episode.stats()) for episode in episodes]
     gathered = gather_object(local) if trainer.accelerator.num_processes > 1 else local
     metrics = aggregate_env_metrics(gathered)
+    if len({env for env, _ in gathered}) > 1:  # a mixed-environment batch: also every episode pooled, as "all"
+        metrics.update(aggregate_env_metrics(("all", stats) for _, stats in gathered))
     for key, value in metrics.items():
         trainer._metrics[mode][f"{prefix}/{key}"].append(value)
     return metrics

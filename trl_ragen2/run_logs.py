@@ -34,7 +34,7 @@ METRICS_FILE = "metrics.jsonl"  # the file tracking.MetricsJSONLCallback writes
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 MI_SCOPES = ("first_turn", "trajectory")
-POOLED_ENV = "all"  # ragen2/env/all/...: every env of a mixed batch together
+POOLED_ENV = "all"  # ragen2/env/all/...: every episode of a mixed-environment batch together
 ENV_KEY = re.compile(r"^(?P<eval>eval_)?ragen2/env/(?P<env>[^/]+)/(?P<metric>[^/]+)$")
 
 EXPECTED_SOURCES = (
@@ -194,8 +194,8 @@ def load_run_logs(path: str | os.PathLike) -> RunLogs:
 def env_names(keys, metric: str) -> list[str]:
     """Environments that logged `ragen2/env/<env>/<metric>` (train or `eval_`), sorted.
 
-    The rollout also logs the pooled pseudo-env `all`; it is left out when only one real env logged the metric,
-    since it then repeats that env.
+    For mixed-environment batches the rollout also logs the pooled pseudo-env `all`; it is left out when only one
+    real env logged the metric, since it then repeats that env.
     """
     names = set()
     for key in keys:
