@@ -304,3 +304,11 @@ def test_unknown_prompt_with_plain_trainer_explains_the_fix(tmp_path, tiny_token
 def test_row_without_env_names_the_fix():
     with pytest.raises(ValueError, match="build_rows"):
         EpisodeSpec.from_row({"prompt": "x", "seed": 1})
+
+
+def test_environment_turn_cap_ends_episodes(tiny_tokenizer):
+    (episode,) = play(
+        tiny_tokenizer, lambda e: "x</think><answer>search[red shoes]</answer>", env="webshop",
+        env_config={"procedural": True, "procedural_products": 50, "max_turns": 2}, max_turns=5, max_actions_per_turn=1,
+    )  # fmt: skip
+    assert episode.turns == 2, "WebShop's own max_turns caps the rollout's"

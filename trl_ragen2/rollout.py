@@ -44,7 +44,8 @@ class RolloutConfig:
 
     Args:
         max_turns (`int`, defaults to `5`):
-            Turns per episode (RAGEN: 5 for Sokoban and FrozenLake, 9 for WebShop, 1 for Countdown).
+            Turns per episode (RAGEN: 5 for Sokoban and FrozenLake, 9 for WebShop, 1 for Countdown). An
+            environment with a `max_turns` attribute caps its episodes further.
         max_actions_per_turn (`int`, defaults to `2`):
             Actions executed from one answer (RAGEN: 2 for Sokoban and FrozenLake, 1 elsewhere).
         max_actions_per_episode (`int`, *optional*):
@@ -349,7 +350,9 @@ class RolloutEngine:
         episode.turn_rewards.append(turn_reward)
         episode.total_return += turn_reward
 
-        if done or turn >= config.max_turns or episode.actions_left <= 0:
+        # an environment may cap its own episodes (WebShop: env.max_turns, RAGEN's 9)
+        max_turns = min(config.max_turns, getattr(episode.env, "max_turns", config.max_turns))
+        if done or turn >= max_turns or episode.actions_left <= 0:
             episode.finished = True
             return
         user = reward_feedback(round(env_reward, 4)) + turn_prompt(

@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..base import StepResult, TextEnv, invalid_step
+from ..base import StepResult, TextEnv, finished_step, invalid_step
 from ..tool_adapter import ToolEnvAdapter
 from .extraction import assemble_program, extract_code, syntax_error
 from .judging import TestOutcome, format_feedback, run_tests
@@ -183,8 +183,10 @@ class DeepCoderEnv(TextEnv):
         return outcomes, format_feedback(self.problem.tests, outcomes)
 
     def step(self, action: str) -> StepResult:
-        if self.problem is None or self.done:
-            return invalid_step(self.render(), "the episode is over; call reset()")
+        if self.problem is None:
+            return invalid_step(self.render(), "no episode has started; call reset()")
+        if self.done:
+            return finished_step(self.render(), self.best_score == 1.0)
         code = extract_code(action)
         if code is None:
             return invalid_step(self.render(), "no code found: answer with a program in a ```python block")

@@ -5,8 +5,16 @@ from .env import SearchQAEnv, SearchQAToolEnv, parse_action
 from .hotpotqa import HotpotQuestion, load_hotpotqa
 from .questions import WorldQuestion, sample_question
 from .retrieval import BM25Retriever, HTTPRetriever, Passage, SearchHit, format_results
-from .server import RetrievalServer
 from .world import World, build_world
+
+
+def __getattr__(name):
+    # The HTTP server module is imported on demand, so `python -m trl_ragen2_envs.searchqa.server` runs it once.
+    if name == "RetrievalServer":
+        from .server import RetrievalServer
+
+        return RetrievalServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

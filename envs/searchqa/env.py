@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..base import StepResult, TextEnv, invalid_step
+from ..base import StepResult, TextEnv, finished_step, invalid_step
 from ..tool_adapter import ToolEnvAdapter
 from .answers import score_answer
 from .hotpotqa import HotpotQuestion, global_passages, load_hotpotqa, question_passages
@@ -184,6 +184,7 @@ class SearchQAEnv(TextEnv):
         self._seed: int | None = None
         self.steps = 0
         self.done = False
+        self.succeeded = False
         self.last_results = ""
 
     @property
@@ -210,7 +211,7 @@ class SearchQAEnv(TextEnv):
         self.seed_rng(seed)
         self._seed = None if seed is None else int(seed)
         self.episode = self._draw_episode()
-        self.steps, self.done, self.last_results = 0, False, ""
+        self.steps, self.done, self.last_results, self.succeeded = 0, False, "", False
         return self.render()
 
     def render(self) -> str:
@@ -220,8 +221,10 @@ class SearchQAEnv(TextEnv):
         return f"{text}\n\n{self.last_results}" if self.last_results else text
 
     def step(self, action: str) -> StepResult:
-        if self.episode is None or self.done:
-            return invalid_step(self.render(), "the episode is over; call reset()")
+        if self.episode is None:
+            return invalid_step(self.render(), "no episode has started; call reset()")
+        if self.done:
+            return finished_step(self.render(), self.succeeded)
         parsed = parse_action(action)
         if isinstance(parsed, str):
             return invalid_step(self.render(), parsed)
@@ -231,7 +234,8 @@ class SearchQAEnv(TextEnv):
             score = score_answer(parsed.argument, self.episode.answer)
             self.done = True
             self.last_results = f"Answer submitted: {parsed.argument}"
-            info.update(em=score.em, f1=score.f1, success=score.em == 1.0, answer=parsed.argument)
+            self.succeeded = score.em == 1.0
+            info.update(em=score.em, f1=score.f1, success=self.succeeded, answer=parsed.argument)
             return self.render(), score.reward, True, info
         hits = self.episode.retriever.search(parsed.argument, self.top_k)
         results = format_results(hits, self.max_doc_chars, self.max_total_chars)
