@@ -10,9 +10,16 @@ policy, and appends the MI proxies of `trl_ragen2.mi` to the trainer's metrics, 
   `num_unscored` (pairs the engine could not score) and `time_s` (wall time, the largest over processes).
 
 Schedule: at the first optimizer step (logged as step 1) and then at every step that is a multiple of
-`every_n_steps` (5, 10, ...), in train mode only, as in RAGEN. A scope that cannot be computed logs NaN for all its
-keys and a warning with the reason (once per reason). With several processes the pairs are drawn identically
-everywhere, each process scores its own chains against all contexts, and every process logs the same numbers.
+`every_n_steps` (5, 10, ...), in train mode only, as in RAGEN; a due step without a generated batch (with
+`steps_per_generation` > `gradient_accumulation_steps`) runs at the next one. A scope that cannot be computed logs
+NaN for all its keys (TRL reports a logging window of NaNs as `None`) and a warning with the reason (once per reason).
+With several processes the pairs are drawn identically everywhere, each process scores its own chains against all
+contexts, and every process logs the same numbers. The two scopes of a batch share scores of identical
+(context, chain) pairs, so single-turn batches pay for the trajectory scope only where its draws differ.
+
+Cost: each run scores about `num_samples` chains under every context of each scope (8 prompts -> 8 columns for the
+first turn; up to `num_samples` distinct histories for multi-turn trajectories), forward passes only.
+`num_negatives` bounds it at `num_samples x (num_negatives + 1)` pairs per scope, at the price of a biased estimate.
 
 Plain `trl.GRPOTrainer`:
 
