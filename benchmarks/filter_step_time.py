@@ -68,7 +68,8 @@ def run_variant(args) -> dict:
         seed=0,
     )
     if args.variant == "filtered":
-        config = SNRFilteredGRPOConfig(**common, reward_variance_top_p=0.9)
+        # MI diagnostics off: this measures the filter (benchmarks/cross_scoring.py measures the diagnostics)
+        config = SNRFilteredGRPOConfig(**common, reward_variance_top_p=0.9, mi_diagnostics=False)
         trainer_cls = SNRFilteredGRPOTrainer
     else:
         config, trainer_cls = GRPOConfig(**common), GRPOTrainer
