@@ -62,6 +62,7 @@ def _load_file(dataset: str, path: str | None, mtime: float, limit: int | None) 
 
 
 def attempt_score(outcomes: list[TestOutcome]) -> float:
+    """The fraction of tests passed, in [0, 1] (0 without tests)."""
     return sum(o.passed for o in outcomes) / len(outcomes) if outcomes else 0.0
 
 

@@ -16,6 +16,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class FamilyInstance:
+    """One generated problem: statement parts, test cases and a reference program that passes them all."""
+
     title: str
     description: str
     input_format: str
@@ -42,6 +44,7 @@ def _program(source: str, **values) -> str:
 
 
 def k_extremes(rng: np.random.Generator, num_cases: int) -> FamilyInstance:
+    """Sum of the k largest (or smallest) of n integers; k in 1..4, n <= 12."""
     k, largest = int(rng.integers(1, 5)), bool(rng.random() < 0.5)
     word = "largest" if largest else "smallest"
     cases = []
@@ -71,6 +74,7 @@ print(sum(chosen))
 
 
 def prefix_mod(rng: np.random.Generator, num_cases: int) -> FamilyInstance:
+    """Prefix sums of n <= 10 integers modulo a drawn modulus (7, 13, 97, 1000 or 10007)."""
     modulus = int(rng.choice([7, 13, 97, 1000, 10007]))
     cases = []
     for _ in range(num_cases):
@@ -100,6 +104,7 @@ print(*out)
 
 
 def longest_run(rng: np.random.Generator, num_cases: int) -> FamilyInstance:
+    """Length of the longest strictly increasing (or non-decreasing) subsequence of n <= 12 digits."""
     strict = bool(rng.random() < 0.5)
     word = "strictly increasing" if strict else "non-decreasing"
     cases = []
@@ -148,6 +153,7 @@ _CHARACTER_CLASSES = {
 
 
 def count_characters(rng: np.random.Generator, num_cases: int) -> FamilyInstance:
+    """Per-line count of vowels, decimal digits or uppercase letters (one class per problem)."""
     name = list(_CHARACTER_CLASSES)[int(rng.integers(len(_CHARACTER_CLASSES)))]
     members = _CHARACTER_CLASSES[name]
     alphabet = "abcdefghijklmnopqrstuvwxyzAEIOUBCDXYZ0123456789-,!"
@@ -176,6 +182,7 @@ for line in lines[1 : int(lines[0]) + 1]:
 
 
 def balanced_brackets(rng: np.random.Generator, num_cases: int) -> FamilyInstance:
+    """Whether each word over one to three bracket pairs is balanced, answered with drawn yes/no words."""
     pairs = ["()", "()[]", "()[]{}", "()<>"][int(rng.integers(4))]
     yes, no = [("YES", "NO"), ("balanced", "unbalanced"), ("1", "0")][int(rng.integers(3))]
     opening, closing = pairs[0::2], pairs[1::2]
@@ -234,6 +241,7 @@ for word in tokens[1 : int(tokens[0]) + 1]:
 
 
 def to_base(rng: np.random.Generator, num_cases: int) -> FamilyInstance:
+    """Integers in [0, 10^6] written in base 2, 3, 5, 7, 8 or 16."""
     base = int(rng.choice([2, 3, 5, 7, 8, 16]))
     digits = "0123456789ABCDEF"
 

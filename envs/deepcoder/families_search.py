@@ -11,6 +11,7 @@ from .families import FamilyInstance, _ints, _lines, _program
 
 
 def grid_components(rng: np.random.Generator, num_cases: int) -> FamilyInstance:
+    """Number of 4- or 8-connected regions of marked cells in a grid of at most 6 x 6."""
     cell = str(rng.choice(["#", "*", "@"]))
     diagonal = bool(rng.random() < 0.5)
     steps = [(dr, dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1) if (dr or dc) and (diagonal or not (dr and dc))]
@@ -71,6 +72,7 @@ print(count)
 
 
 def shortest_path(rng: np.random.Generator, num_cases: int) -> FamilyInstance:
+    """Fewest roads from town 1 to town n (n <= 8) in a random undirected graph, or a no-path marker."""
     unreachable = str(rng.choice(["-1", "IMPOSSIBLE"]))
     cases = []
     for _ in range(num_cases):
@@ -125,6 +127,7 @@ print(dist[n] if dist[n] >= 0 else $unreachable)
 
 
 def coin_change(rng: np.random.Generator, num_cases: int) -> FamilyInstance:
+    """Fewest coins paying each amount (0 to 60) exactly with three coin values, or -1 when none does."""
     coins = sorted(int(c) for c in rng.choice(np.arange(2, 16), size=3, replace=False))
     if rng.random() < 0.5:
         coins = [1, *coins[1:]]  # with a 1-coin every amount can be paid
@@ -167,6 +170,7 @@ for a in amounts[:q]:
 
 
 def interval_union(rng: np.random.Generator, num_cases: int) -> FamilyInstance:
+    """Integer points covered by, or total length of, the union of up to 6 integer intervals."""
     count_points = bool(rng.random() < 0.5)
     cases = []
     for _ in range(num_cases):

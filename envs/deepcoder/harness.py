@@ -182,6 +182,7 @@ def run_test(spec, source, token):
 
 
 def main():
+    """Read the spec, apply the limits and the guard, run the test; function and assertion modes write a result."""
     with open(sys.argv[1], "rb") as f:
         spec = marshal.load(f)
     with open(spec["solution"], encoding="utf-8") as f:

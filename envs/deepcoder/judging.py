@@ -30,6 +30,8 @@ TEST_KINDS = ("stdio", "function", "assertion")
 
 @dataclass(frozen=True)
 class CodeTest:
+    """One test of a kind in `TEST_KINDS`; only the fields of its kind are used (see the module docstring)."""
+
     kind: str
     input: str = ""  # stdio: stdin
     output: str = ""  # stdio: expected stdout
@@ -49,10 +51,12 @@ class CodeTest:
             raise ValueError("an assertion test needs code")
 
     def to_dict(self) -> dict[str, Any]:
+        """The test as a plain dict (the inverse of `from_dict`)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CodeTest:
+        """A test from a `to_dict` dict, e.g. after a JSON round trip (lists become the tuple fields)."""
         values = dict(data)
         values["args"] = tuple(values.get("args", ()))
         values["also_accept"] = tuple(values.get("also_accept", ()))
@@ -61,6 +65,8 @@ class CodeTest:
 
 @dataclass(frozen=True)
 class TestOutcome:
+    """How one test went: pass/fail, a status, feedback, the program's shortened output and wall-clock seconds."""
+
     passed: bool
     status: str  # passed, wrong_answer, runtime_error, timeout, memory_limit, output_limit, not_run
     detail: str = ""  # what went wrong, for the feedback
@@ -113,6 +119,7 @@ def values_match(actual: Any, expected: Any) -> bool:
 
 
 def shorten(text: str, limit: int = 200) -> str:
+    """`text` (or the repr of a non-string) cut to about `limit` characters, its full length noted when cut."""
     text = text if isinstance(text, str) else repr(text)
     return text if len(text) <= limit else text[: limit - 15] + f"... ({len(text)} chars)"
 
@@ -169,6 +176,7 @@ def judge(test: CodeTest, execution: Execution, timeout_s: float) -> TestOutcome
 
 
 def run_test(sandbox: Sandbox, program: str, test: CodeTest) -> TestOutcome:
+    """Run one test of `program` in its own sandboxed process and judge the execution."""
     if test.kind == "stdio":
         execution = sandbox.run(program, mode="stdio", stdin=test.input)
     elif test.kind == "function":
@@ -207,6 +215,7 @@ def run_tests(
 
 
 def describe_test(test: CodeTest) -> list[str]:
+    """Feedback lines saying what a test checks: input and expected output, the call, or the assertion."""
     if test.kind == "stdio":
         return [f"input: {shorten(test.input)!r}", f"expected output: {shorten(test.output)!r}"]
     if test.kind == "function":

@@ -41,6 +41,8 @@ from .judging import CodeTest
 
 @dataclass(frozen=True)
 class CodingProblem:
+    """A statement, its tests, and optionally the answer's prefix, starter code and a reference solution."""
+
     problem_id: str
     statement: str
     tests: tuple[CodeTest, ...]
@@ -52,6 +54,7 @@ class CodingProblem:
 
     @property
     def kinds(self) -> set[str]:
+        """The test kinds the problem uses (a subset of `TEST_KINDS`)."""
         return {test.kind for test in self.tests}
 
 
@@ -119,6 +122,8 @@ def split_check(test_code: str, entry_point: str) -> list[str]:
 
 
 def humaneval_problem(record: dict[str, Any], where: str = "HumanEval record") -> CodingProblem:
+    """A problem from one HumanEval record, one assertion test per top-level assert of its `check`; `where`
+    names the record in errors."""
     for key in ("task_id", "prompt", "entry_point", "test"):
         if not isinstance(record.get(key), str):
             raise ValueError(f"{where} has {key}={repr(record.get(key))[:60]}; HumanEval records need task_id, "
@@ -227,6 +232,8 @@ def parse_tests(raw: Any, default_fn_name: str | None, where: str) -> tuple[Code
 
 
 def deepcoder_problem(record: dict[str, Any], index: int, where: str) -> CodingProblem:
+    """A problem from one DeepCoder-format record (schema in the module docstring); `index` makes its id when
+    the record has none, `where` names it in errors."""
     statement = record.get("problem") or record.get("question") or record.get("prompt")
     if not isinstance(statement, str) or not statement.strip():
         raise ValueError(f"{where} has no problem text (a 'problem', 'question' or 'prompt' string)")

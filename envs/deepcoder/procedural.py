@@ -35,6 +35,8 @@ STDIO_NOTE = "Write a complete Python 3 program that reads standard input and pr
 
 
 def render_statement(instance: FamilyInstance, num_examples: int) -> str:
+    """The problem text: title, description, input and output formats, the first `num_examples` cases as examples,
+    and the stdin/stdout note."""
     parts = [
         instance.title,
         instance.description,
