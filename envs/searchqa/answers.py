@@ -27,6 +27,7 @@ def normalize_answer(text: str) -> str:
 
 
 def exact_match(prediction: str, gold: str) -> bool:
+    """Whether the two answers are equal after `normalize_answer`."""
     return normalize_answer(prediction) == normalize_answer(gold)
 
 
@@ -51,6 +52,8 @@ def token_f1(prediction: str, gold: str) -> float:
 
 @dataclass(frozen=True)
 class AnswerScore:
+    """Exact match and token F1 (each in [0, 1]) of an answer, and the episode reward they give."""
+
     em: float
     f1: float
     reward: float

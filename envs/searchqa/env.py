@@ -59,6 +59,8 @@ _VERB = re.compile(r"\b(search|finish)\s*\[", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class ParsedAction:
+    """A `search[...]` or `finish[...]` action: the lower-case verb and its argument."""
+
     verb: str  # "search" or "finish"
     argument: str
 
@@ -88,6 +90,8 @@ def parse_action(text: object) -> ParsedAction | str:
 
 @dataclass(frozen=True)
 class Episode:
+    """One question: its gold answer, supporting evidence, kind, and the retriever its searches use."""
+
     question: str
     answer: str
     supporting: tuple[str, ...]  # supporting passage ids (procedural) or titles (HotpotQA)

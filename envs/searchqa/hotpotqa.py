@@ -21,6 +21,8 @@ from .retrieval import Passage
 
 @dataclass(frozen=True)
 class HotpotQuestion:
+    """One HotpotQA record: id, question, answer, context paragraphs, supporting titles, type and level."""
+
     qid: str
     question: str
     answer: str

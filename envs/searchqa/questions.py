@@ -24,6 +24,8 @@ QUESTION_KINDS = ("bridge", "comparison")
 
 @dataclass(frozen=True)
 class WorldQuestion:
+    """A question over the procedural world: its exact answer, the names to look up and the supporting passages."""
+
     question: str
     answer: str
     kind: str  # "bridge" or "comparison"

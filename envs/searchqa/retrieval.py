@@ -41,6 +41,8 @@ class Passage:
 
 @dataclass(frozen=True)
 class SearchHit:
+    """One search result: the passage's id, title and text, and its retrieval score (higher is better)."""
+
     passage_id: str
     title: str
     content: str
@@ -85,6 +87,7 @@ class BM25Retriever:
         return len(self.passages)
 
     def passage(self, passage_id: str) -> Passage:
+        """The passage with id `passage_id` (`KeyError` if there is none)."""
         return self._by_id[passage_id]
 
     def search(self, query: str, top_k: int = 3) -> list[SearchHit]:
@@ -124,6 +127,7 @@ class HTTPRetriever:
         self.timeout = timeout
 
     def search(self, query: str, top_k: int = 3) -> list[SearchHit]:
+        """The server's hits for `query`, best first; `ConnectionError` when the server is unreachable or errs."""
         body = json.dumps({"query": query, "top_k": int(top_k)}).encode()
         request = urllib.request.Request(
             self.endpoint, data=body, headers={"Content-Type": "application/json"}, method="POST"

@@ -98,16 +98,19 @@ class RetrievalServer:
 
     @property
     def url(self) -> str:
+        """The base URL of the bound address, e.g. `http://127.0.0.1:8000` (IPv6 hosts in brackets)."""
         host, port = self.httpd.server_address[:2]
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}"
 
     def start(self) -> RetrievalServer:
+        """Serve on a daemon thread; returns the server."""
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="retrieval-server", daemon=True)
         self._thread.start()
         return self
 
     def shutdown(self) -> None:
+        """Stop the serving thread, if any, and close the socket."""
         if self._thread is not None:
             self.httpd.shutdown()
             self._thread.join()
@@ -122,6 +125,7 @@ class RetrievalServer:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Command line: serve the procedural world or a HotpotQA file's paragraphs until interrupted."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--port", type=int, default=8000, help="port to bind (0: any free port)")

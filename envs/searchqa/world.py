@@ -74,6 +74,8 @@ DEFAULT_COUNTS = {
 
 @dataclass
 class Entity:
+    """One entity of the world: its kind, unique name and attributes (also readable as `entity[key]`)."""
+
     kind: str
     name: str
     attrs: dict[str, object] = field(default_factory=dict)
@@ -82,11 +84,14 @@ class Entity:
         return self.attrs[key]
 
     def get(self, key: str, default=None):
+        """Attribute `key`, or `default` when the entity has none."""
         return self.attrs.get(key, default)
 
 
 @dataclass
 class World:
+    """A generated world: its entities by name and kind, their passages, and which passage states each fact."""
+
     seed: int
     entities: dict[str, Entity]  # name -> entity; names are unique across kinds
     by_kind: dict[str, list[str]]  # kind -> names, in creation order
@@ -94,6 +99,7 @@ class World:
     fact_passage: dict[tuple[str, str], str]  # (entity name, attribute) -> id of the passage stating it
 
     def of_kind(self, kind: str) -> list[Entity]:
+        """The entities of `kind`, in creation order."""
         return [self.entities[name] for name in self.by_kind[kind]]
 
 

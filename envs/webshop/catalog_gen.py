@@ -39,6 +39,7 @@ class GeneratedCatalog:
 
 
 def catalog_name(num_products: int, seed: int) -> str:
+    """The name of a procedural catalogue, e.g. `procedural-1000-seed0`."""
     return f"procedural-{num_products}-seed{seed}"
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ProductType:
+    """A kind of product: where it is listed, and the word pools of its titles, attributes, options and price."""
+
     category: str  # one of WebShop's five: beauty, electronics, fashion, garden, grocery
     query: str  # the search query the product was listed under (lower case)
     path: str  # `›`-separated product category

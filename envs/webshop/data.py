@@ -103,6 +103,7 @@ class Shop:
         return self.goals[self.split_order[goal_position(self.split_bounds, split, seed)]]
 
     def split_goal_ids(self, split: str) -> list[int]:
+        """Indices into `goals` of one split (`train`, `validation` or `test`), in split order."""
         start, stop = self.split_bounds[split]
         return self.split_order[start:stop]
 
@@ -111,6 +112,7 @@ class Shop:
         return [self.products[i].asin for i in self.search_engine.search(query)]
 
     def score_purchase(self, goal: Goal, asin: str, options: dict[str, str]) -> RewardBreakdown:
+        """The reward breakdown of buying `asin` with `options` (name -> value) at the shop's price, for `goal`."""
         product = self.by_asin[asin]
         return compute_reward(
             product,

@@ -52,6 +52,7 @@ class PageState:
     options: dict[str, str] = field(default_factory=dict)  # option name -> selected value
 
     def page_results(self) -> tuple[str, ...]:
+        """The ASINs listed on the current results page (`PRODUCTS_PER_PAGE` per page)."""
         start = (self.results_page - 1) * PRODUCTS_PER_PAGE
         return self.results[start : start + PRODUCTS_PER_PAGE]
 
@@ -66,6 +67,7 @@ class Outcome:
 
     @property
     def done(self) -> bool:
+        """Whether the action ended the session with a purchase."""
         return self.purchase is not None
 
 
@@ -145,6 +147,7 @@ def page_texts(shop: Shop, state: PageState, instruction: str, purchase: RewardB
 
 
 def render_simple(texts: list[str]) -> str:
+    """WebShop's simple observation: the non-empty stripped texts joined by ` [SEP] `."""
     return SEP.join(t for t in (text.strip() for text in texts) if t)
 
 
@@ -162,12 +165,15 @@ class ShopSession:
 
     @property
     def done(self) -> bool:
+        """Whether the session is over (a purchase was made)."""
         return self.state.page == DONE
 
     def has_search_box(self) -> bool:
+        """Whether the current page is the search page, the only one with a search box."""
         return self.state.page == SEARCH
 
     def clickables(self) -> dict[str, tuple[str, str | None]]:
+        """Clickable text -> `(kind, payload)` on the current page (see the module-level `clickables`)."""
         return clickables(self.shop, self.state)
 
     def available_actions(self) -> list[str]:
@@ -176,6 +182,7 @@ class ShopSession:
         return actions + [f"click[{text}]" for text in self.clickables()]
 
     def observation(self) -> str:
+        """The current page as WebShop's simple text observation."""
         return render_simple(page_texts(self.shop, self.state, self.goal.instruction_text, self.purchase))
 
     def act(self, action: Any) -> Outcome:

@@ -127,10 +127,12 @@ class WebShopEnv(TextEnv):
 
     @property
     def catalog_name(self) -> str:
+        """The name of the loaded catalogue."""
         return self.shop.name
 
     @property
     def goal(self) -> Goal:
+        """The current episode's goal; `RuntimeError` before `reset()`."""
         return self._session().goal
 
     @property

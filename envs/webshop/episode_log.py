@@ -73,6 +73,7 @@ class EpisodeLog:
         self._lock = threading.Lock()
 
     def write(self, record: dict[str, Any]) -> None:
+        """Append `record` as one JSON line (values JSON cannot hold are written as strings)."""
         line = json.dumps(record, ensure_ascii=False, default=str)
         with self._lock, open(self.path, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")

@@ -78,6 +78,7 @@ def sample_price_upper(price: float, rng: random.Random) -> float:
 
 
 def price_clause(price_upper: float) -> str:
+    """The instruction's price suffix (`, and price lower than X dollars`); empty without a price limit."""
     return f", and price lower than {price_upper:.2f} dollars" if price_upper < NO_PRICE_LIMIT else ""
 
 
@@ -129,6 +130,7 @@ class SyntheticGoals(Sequence[Goal]):
 
     @property
     def num_instructions(self) -> int:
+        """Products with a scorable instruction; each gives one goal per option combination."""
         return len(self._records)
 
     def __len__(self) -> int:

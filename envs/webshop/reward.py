@@ -67,6 +67,7 @@ class RewardBreakdown:
 
     @property
     def success(self) -> bool:
+        """Whether the purchase earned the full reward (`raw >= 1`)."""
         return self.raw >= 1.0
 
     def as_info(self) -> dict[str, Any]:
@@ -94,6 +95,7 @@ def as_match_text(option: GoalOption | str | tuple[str, ...]) -> str:
 
 
 def fuzzy_match(a: str, b: str) -> bool:
+    """Whether thefuzz's token-set ratio of `a` and `b` exceeds `FUZZY_MATCH_THRESHOLD` (85, on a 0-100 scale)."""
     return fuzz.token_set_ratio(a, b) > FUZZY_MATCH_THRESHOLD
 
 
@@ -129,6 +131,7 @@ def title_score(goal_nouns: tuple[str, ...], purchased_nouns: tuple[str, ...]) -
 
 
 def category_match(goal_category: str, purchased_category: str) -> bool:
+    """Whether the two `›`-separated category paths share at least `MIN_SHARED_CATEGORIES` (2) parts."""
     goal_parts = {part.strip() for part in goal_category.split(CATEGORY_SEPARATOR)}
     purchased_parts = {part.strip() for part in purchased_category.split(CATEGORY_SEPARATOR)}
     return len(goal_parts & purchased_parts) >= MIN_SHARED_CATEGORIES

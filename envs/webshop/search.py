@@ -45,6 +45,7 @@ _POSSESSIVE = ("'s", "\u2019s")
 
 
 def default_cache_dir() -> Path:
+    """The search index cache: `$TRL_RAGEN2_WEBSHOP_CACHE`, else `${XDG_CACHE_HOME:-~/.cache}/trl_ragen2/webshop`."""
     if os.environ.get(CACHE_ENV_VAR):
         return Path(os.environ[CACHE_ENV_VAR])
     base = Path(os.environ["XDG_CACHE_HOME"]) if os.environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"

@@ -173,6 +173,7 @@ def create_app(
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the WebShop web UI command."""
     parser = argparse.ArgumentParser(description="WebShop web UI (same engine and reward as the agent's environment)")
     parser.add_argument(
         "--host", default=DEFAULT_HOST, help="interface to bind (default 127.0.0.1: this machine only)"
@@ -190,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Command line: serve the WebShop web UI (Flask) until interrupted."""
     args = build_parser().parse_args(argv)
     app = create_app(
         data_dir=args.data_dir,
