@@ -374,6 +374,7 @@ class CountdownEnv(TextEnv):
         return self.observation
 
     def step(self, action: str) -> StepResult:
+        """Score one answer; a valid one ends the episode. Raises `RuntimeError` before `reset()`."""
         if self.problem is None:
             raise RuntimeError("call reset() before step()")
         if self.done:

@@ -64,6 +64,7 @@ TOOL_INSTRUCTIONS = (
 
 
 def slip_note(success_rate: float) -> str:
+    """The instructions' clause on slipping; empty when moves never slip (`success_rate == 1`)."""
     return "" if success_rate == 1.0 else SLIP_NOTE.format(success_rate=success_rate)
 
 
@@ -118,6 +119,7 @@ class FrozenLakeMap:
         return cls(len(rows), frozenset(found["H"]), found["S"][0], found["G"][0])
 
     def to_rows(self) -> list[str]:
+        """The map as gymnasium-style letter rows (the inverse of `from_rows`)."""
         letters = {self.start: "S", self.goal: "G", **dict.fromkeys(self.holes, "H")}
         return ["".join(letters.get((r, c), "F") for c in range(self.size)) for r in range(self.size)]
 
@@ -195,6 +197,7 @@ def _require_probability(field: str, value: Any, low_open: bool, fix: str) -> fl
 
 
 def check_seed(seed: Any) -> int | None:
+    """`seed` as a non-negative int, or None; a `ValueError` for anything else."""
     if seed is None:
         return None
     return require_int("seed", seed, 0, "pass a non-negative integer, or None for a fresh random map")
@@ -367,6 +370,7 @@ class FrozenLakeEnv(TextEnv):
 
     @property
     def is_done(self) -> bool:
+        """Whether the episode is over (goal, hole or `max_steps`); True before the first reset."""
         return self._done
 
 

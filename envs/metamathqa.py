@@ -45,6 +45,7 @@ TOOL_INSTRUCTIONS = "Solve the problem, then submit the final numeric answer wit
 
 
 def attempts_feedback(attempts_left: int) -> str:
+    """The reply to a wrong answer, saying how many attempts are left."""
     if attempts_left == 0:
         return "Incorrect. No attempts left."
     return f"Incorrect. Please think again. You have {attempts_left} attempt(s) left."
@@ -362,6 +363,7 @@ class MetaMathQAEnv(TextEnv):
         return self.use_math_verify and math_verify_match(answer, self.problem.answer)
 
     def step(self, action: str) -> StepResult:
+        """Check one answer (a wrong one uses an attempt); raises `RuntimeError` before `reset()`."""
         if self.problem is None:
             raise RuntimeError("call reset() before step()")
         if self.done:

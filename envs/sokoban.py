@@ -87,6 +87,7 @@ def render_coordinates(layout, boxes, player: int) -> str:
 
 
 def check_seed(seed: Any) -> int | None:
+    """`seed` as a non-negative int, or None; a `ValueError` for anything else."""
     if seed is None:
         return None
     return require_int("seed", seed, 0, "pass a non-negative integer, or None for a fresh random room")
@@ -257,6 +258,7 @@ class SokobanEnv(TextEnv):
 
     @property
     def is_done(self) -> bool:
+        """Whether the episode is over (solved or `max_steps`); True before the first reset."""
         return self._done
 
 

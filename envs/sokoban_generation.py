@@ -124,6 +124,7 @@ class SokobanRoom:
 
     @property
     def is_solved(self) -> bool:
+        """Whether the boxes stand exactly on the targets."""
         return self.boxes == self.targets
 
 
@@ -162,14 +163,17 @@ def _cached_layout(height: int, width: int, walls: frozenset[Cell], targets: fro
 
 
 def layout_of(room: SokobanRoom) -> RoomLayout:
+    """The room's static `RoomLayout`, cached: rooms with the same size, walls and targets share one."""
     return _cached_layout(room.height, room.width, room.walls, room.targets)
 
 
 def flat(layout: RoomLayout, cell: Cell) -> int:
+    """The flat index of a (row, col) cell: `row * width + col`."""
     return cell[0] * layout.width + cell[1]
 
 
 def unflat(layout: RoomLayout, index: int) -> Cell:
+    """The (row, col) cell of a flat index (the inverse of `flat`)."""
     return divmod(index, layout.width)
 
 
