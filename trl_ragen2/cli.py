@@ -181,6 +181,7 @@ def _run_summary(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `trl-ragen2` argument parser, with its `plot` and `summary` commands."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="RAGEN-2 for TRL: look at training runs (MI diagnostics, SNR filtering, rewards).",

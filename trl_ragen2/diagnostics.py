@@ -302,6 +302,7 @@ class MIDiagnostics:
     # ------------------------------------------------------------------ state
 
     def state_dict(self) -> dict:
+        """The resumable state (next diagnostics step, EMA per scope) and the config, as JSON-ready data."""
         return {
             "next_step": self.next_step,
             "ema": {scope: ema.state_dict() for scope, ema in self.ema.items()},
@@ -309,6 +310,7 @@ class MIDiagnostics:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore a `state_dict()`; EMA states of scopes this instance does not track are ignored."""
         if "ema" not in state or "next_step" not in state:
             raise ValueError("MIDiagnostics state must hold 'ema' and 'next_step'; pass a dict from state_dict()")
         self.next_step = int(state["next_step"])

@@ -206,6 +206,7 @@ CONSTANT_VARIANCE = 1e-8
 
 
 def explained_variance_from_vars(residual_variance: float, return_variance: float) -> float:
+    """`1 - residual_variance / return_variance`, or NaN when the return variance is NaN or <= `CONSTANT_VARIANCE`."""
     if return_variance != return_variance or return_variance <= CONSTANT_VARIANCE:
         return float("nan")
     return 1.0 - residual_variance / return_variance

@@ -275,9 +275,11 @@ class MIZScoreEMA:
         }
 
     def state_dict(self) -> dict[str, float | None]:
+        """The settings and the EMA sigmas (None before the first update), as JSON-ready data."""
         return {"alpha": self.alpha, "eps": self.eps, "sigma": self.sigma, "sigma_seq": self.sigma_seq}
 
     def load_state_dict(self, state: dict[str, float | None]) -> None:
+        """Restore the sigmas of a `state_dict()`; `alpha` and `eps` keep this instance's values."""
         missing = {"sigma", "sigma_seq"} - set(state)
         if missing:
             raise ValueError(f"MIZScoreEMA state is missing {sorted(missing)}; pass a dict from state_dict()")

@@ -56,14 +56,17 @@ class RunLogs:
 
     @property
     def keys(self) -> set[str]:
+        """Every metric name in the records (`step` excluded)."""
         return {key for record in self.records for key in record if key != "step"}
 
     @property
     def last_step(self) -> int | None:
+        """The largest integer `step` in the records, or None."""
         steps = [record["step"] for record in self.records if _is_step(record.get("step"))]
         return max(steps) if steps else None
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
+        """`(steps, values)` of one metric, ready to plot (see `metric_series`)."""
         return metric_series(self.records, key)
 
 

@@ -26,4 +26,5 @@ class ProcessGroup:
         return gather_object([payload])
 
     def max(self, value: int) -> int:
+        """The largest `value` over the processes (a collective)."""
         return max(self.all_gather(int(value)))

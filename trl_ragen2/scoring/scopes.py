@@ -70,6 +70,7 @@ class LocalRollouts:
         return cls(prompts, completions, spans)
 
     def infos(self) -> list[RowInfo]:
+        """Each row's unpadded prompt and turn count, as `RowInfo`."""
         return [RowInfo(tuple(p), len(s)) for p, s in zip(self.prompts, self.spans, strict=True)]
 
 
@@ -84,12 +85,15 @@ class ScoreMemo:
         self._scores: dict[tuple[int, int], float] = {}
 
     def ids(self, sequences) -> list[int]:
+        """One id per token sequence; equal sequences get the same id within this memo."""
         return [self._ids.setdefault(tuple(seq), len(self._ids)) for seq in sequences]
 
     def get(self, context_id: int, chain_id: int) -> float:
+        """The score stored for `(context_id, chain_id)`, NaN if none."""
         return self._scores.get((context_id, chain_id), float("nan"))
 
     def put(self, context_id: int, chain_id: int, score: float) -> None:
+        """Store the score of `(context_id, chain_id)`."""
         self._scores[(context_id, chain_id)] = score
 
 

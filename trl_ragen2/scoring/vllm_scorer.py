@@ -133,6 +133,7 @@ class VLLMCrossScorer:
 
     @classmethod
     def from_trainer(cls, trainer, **kwargs) -> VLLMCrossScorer:
+        """A scorer on a TRL trainer's vLLM engine (`use_vllm=True`); `kwargs` go to the constructor."""
         generation = getattr(trainer, "vllm_generation", None)
         if generation is None:
             raise ValueError("the trainer has no vLLM engine (use_vllm=False); use engine='transformers'")
@@ -140,6 +141,7 @@ class VLLMCrossScorer:
 
     @property
     def sampling_params_cls(self):
+        """The class requests are built with: the one given, else `vllm.SamplingParams` (imported on first use)."""
         if self._sampling_params_cls is None:
             from vllm import SamplingParams
 
