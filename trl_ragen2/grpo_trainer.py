@@ -312,6 +312,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             self.mi_diagnostics.load(checkpoint_dir)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's card plus a "RAGEN-2 training details" section (filter settings and counts,
+        `model_card_details`), appended on the main process."""
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
             return

@@ -154,6 +154,8 @@ class SNRFilteredPPOConfig(SNRFilteredGRPOConfig):
             self.num_generations, self.num_generations_eval = 1, eval_generations
 
     def validate_ppo_fields(self) -> None:
+        """Check the PPO fields (gamma, lam, critic_learning_rate, vf_coef, cliprange_value, kl_in_reward with
+        beta); a `ValueError` naming the field and the fix otherwise."""
         if not (0.0 <= self.gamma <= 1.0):
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}; the paper uses 1.0")
         if not (0.0 <= self.lam <= 1.0):

@@ -178,6 +178,7 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         return optimizer_cls(groups, **{**optimizer_kwargs, "lr": self.args.critic_learning_rate})
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """Also creates the critic's scheduler, of the policy's type and warm-up, now that the step count is known."""
         scheduler = super().create_scheduler(num_training_steps, optimizer)
         self.critic_lr_scheduler = get_scheduler(
             self.args.lr_scheduler_type,
@@ -190,6 +191,7 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
 
     @property
     def unwrapped_critic(self):
+        """The critic without the wrapper `accelerator.prepare_model` added (DDP when distributed)."""
         return self.accelerator.unwrap_model(self.critic)
 
     # ----------------------------------------------------------------------------------------------------------
@@ -297,6 +299,7 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         return inputs
 
     def training_step(self, model, inputs, num_items_in_batch):
+        """Also updates the critic on the same micro-batch, after the policy's backward."""
         loss = super().training_step(model, inputs, num_items_in_batch)
         self._critic_training_step(self._micro_batch)
         self._micro_batch = None
@@ -413,6 +416,7 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         super().save_model(output_dir, _internal_call)
 
     def save_ragen2_state(self, checkpoint_dir: str) -> None:
+        """Also saves the critic's optimizer and scheduler under `critic/` (not with `save_only_model`)."""
         super().save_ragen2_state(checkpoint_dir)  # the critic's weights are already there (save_model)
         if self.args.save_only_model:
             return
@@ -423,6 +427,8 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
             torch.save(self.critic_lr_scheduler.state_dict(), os.path.join(critic_dir, CRITIC_SCHEDULER_FILE))
 
     def load_ragen2_state(self, checkpoint_dir: str) -> None:
+        """Also restores the critic's weights, optimizer and scheduler from `critic/`; without that folder, warns
+        and keeps them as initialised."""
         super().load_ragen2_state(checkpoint_dir)
         critic_dir = os.path.join(checkpoint_dir, CRITIC_DIR)
         if not os.path.isdir(critic_dir):
