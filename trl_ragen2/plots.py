@@ -17,8 +17,9 @@ trajectory scope is the one behind the paper's headline correlation (trajectory 
 which are heuristic starting points: the paper draws the regimes without numbers. The z-scores and retrieval
 accuracy are drawn as curves; on the plane they need a threshold in their own units (`mi_threshold=`).
 
-Figures are `matplotlib.figure.Figure` objects drawn with the Agg canvas, without pyplot: nothing global changes
-(a notebook keeps its backend and displays the returned figure), and matplotlib is imported on first use only.
+Figures are `matplotlib.figure.Figure` objects drawn with the Agg canvas, without pyplot: nothing global changes,
+and matplotlib is imported on first use only. In Jupyter, run `%matplotlib inline` once (or `display(figure)`) so
+that a returned figure is shown as an image.
 """
 
 from __future__ import annotations
@@ -251,6 +252,8 @@ def plot_training_curves(history, panels: Sequence[Panel] = PANELS, title: str |
     ncols = 1 if len(filled) == 1 else 2 if len(filled) <= 4 else 3
     nrows = math.ceil(len(filled) / ncols)
     figure = _new_figure(figsize=(5.2 * ncols, 3.3 * nrows))
+    from matplotlib.ticker import MaxNLocator
+
     axes = figure.subplots(nrows, ncols, squeeze=False).flatten()
     for ax, (panel, lines) in zip(axes, filled, strict=False):
         colors = {}  # colour group -> colour of the default cycle, in order of first appearance
@@ -263,6 +266,7 @@ def plot_training_curves(history, panels: Sequence[Panel] = PANELS, title: str |
             _shade_reward_std(ax, as_records(history))
         ax.set_title(panel.title)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers, also in short runs
         ax.set_ylabel(panel.ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
