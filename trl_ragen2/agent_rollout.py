@@ -122,6 +122,7 @@ class RagenRollout:
             config,
             chat_template_kwargs=getattr(trainer, "chat_template_kwargs", None),
             max_active_across_processes=max_active,
+            show_progress=accelerator.is_main_process and not trainer.args.disable_tqdm,
         )
 
     def __call__(self, prompts: list[Any], trainer) -> dict[str, Any]:

@@ -213,7 +213,10 @@ class MIDiagnostics:
             from .scoring.transformers_scorer import TransformersCrossScorer
 
             self.scorer = TransformersCrossScorer(
-                trainer.model, max_tokens_per_chunk=self.config.max_tokens_per_chunk, accelerator=trainer.accelerator
+                trainer.model,
+                max_tokens_per_chunk=self.config.max_tokens_per_chunk,
+                accelerator=trainer.accelerator,
+                show_progress=trainer.accelerator.is_main_process and not trainer.args.disable_tqdm,
             )
         return self.scorer
 

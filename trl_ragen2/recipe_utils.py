@@ -237,6 +237,9 @@ def train_agent(script_args, training_args, model_args, *, env_config: dict[str,
         callbacks=[MetricsJSONLCallback()],  # output_dir/metrics.jsonl: plots of a run still in progress
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    steps = training_args.eval_steps or training_args.logging_steps
+    if eval_dataset is not None and training_args.eval_strategy != "no" and trainer.state.global_step % steps:
+        trainer.evaluate()  # validation of the final policy, for the model card and the summary
     details = {"Environment": script_args.env_name, "Algorithm": script_args.algorithm, **(details or {})}
     metrics = finish_run(trainer, script_args, training_args, details)
     if trainer.is_world_process_zero():

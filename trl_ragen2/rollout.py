@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from trl_ragen2_envs import make_env
 from trl_ragen2_envs.datasets import parse_env_config
 from trl_ragen2_envs.prompts import initial_messages, parse_response, prompt_budget, reward_feedback, turn_prompt
@@ -263,15 +265,17 @@ class RolloutEngine:
         max_active_across_processes (`Callable[[int], int]`, *optional*): Returns the largest number of active
             episodes over all processes; each process keeps calling the backend until that is 0, so collective
             generation (vLLM server, ZeRO-3) never waits on a process that stopped early.
+        show_progress (`bool`, defaults to `False`): Show a progress bar over the turns of each batch.
     """
 
     def __init__(self, tokenizer, config: RolloutConfig | None = None, *, chat_template_kwargs=None,
-                 max_active_across_processes: Callable[[int], int] | None = None):  # fmt: skip
+                 max_active_across_processes: Callable[[int], int] | None = None, show_progress: bool = False):  # fmt: skip
         self.tokenizer = tokenizer
         self.config = config or RolloutConfig()
         self.chat_template_kwargs = chat_template_kwargs or {}
         self.max_active_across_processes = max_active_across_processes or (lambda count: count)
         self.eos_token_id = tokenizer.eos_token_id
+        self.show_progress = show_progress
 
     def start(self, spec: EpisodeSpec) -> Episode:
         """Build and reset the episode's environment and render its first prompt."""
@@ -287,11 +291,19 @@ class RolloutEngine:
     def run(self, specs: Sequence[EpisodeSpec], generate: GenerateFn, *, group_size: int = 1) -> list[Episode]:
         """Play every episode to its end. `group_size`: consecutive specs that are copies of one prompt (turn 1)."""
         episodes = [self.start(spec) for spec in specs]
+        progress = tqdm(
+            total=self.config.max_turns,
+            desc="rollout turns",
+            unit="turn",
+            leave=False,
+            disable=not self.show_progress or self.config.max_turns == 1,
+        )
         for turn in range(1, self.config.max_turns + 1):
             active = [episode for episode in episodes if not episode.finished]
             most_active = self.max_active_across_processes(len(active))
             if most_active == 0:
                 break
+            progress.set_postfix(active=len(active))
             limits = [self._reply_limit(episode) for episode in active]
             replies, logprobs = generate(
                 [episode.prompt_ids + episode.completion_ids for episode in active],
@@ -304,6 +316,8 @@ class RolloutEngine:
                 reply = list(replies[index])[: limits[index]]
                 reply_logprobs = None if logprobs is None else list(logprobs[index])[: len(reply)]
                 self._play_turn(episode, turn, reply, reply_logprobs)
+            progress.update()
+        progress.close()
         for episode in episodes:
             episode.finished = True
             episode.env.close()

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 
 def _validate_pairs(contexts, chains, mask) -> torch.Tensor:
@@ -120,6 +121,7 @@ class TransformersCrossScorer:
         lm_head_chunk_rows (`int`, defaults to `512`):
             Positions projected through the LM head at once; logits memory is rows x vocab x 4 bytes.
         accelerator (*optional*): used to unwrap the model.
+        show_progress (`bool`, defaults to `False`): show a progress bar over the contexts while scoring.
 
     ```python
     scorer = TransformersCrossScorer(model)
@@ -127,7 +129,15 @@ class TransformersCrossScorer:
     ```
     """
 
-    def __init__(self, model, *, max_tokens_per_chunk: int = 16384, lm_head_chunk_rows: int = 512, accelerator=None):
+    def __init__(
+        self,
+        model,
+        *,
+        max_tokens_per_chunk: int = 16384,
+        lm_head_chunk_rows: int = 512,
+        accelerator=None,
+        show_progress: bool = False,
+    ):
         if max_tokens_per_chunk < 1:
             raise ValueError(f"max_tokens_per_chunk must be >= 1, got {max_tokens_per_chunk}")
         if lm_head_chunk_rows < 1:
@@ -136,6 +146,7 @@ class TransformersCrossScorer:
         self.max_tokens_per_chunk = max_tokens_per_chunk
         self.lm_head_chunk_rows = lm_head_chunk_rows
         self.accelerator = accelerator
+        self.show_progress = show_progress
 
     def score(
         self,
@@ -165,7 +176,15 @@ class TransformersCrossScorer:
         scores = torch.full(mask.shape, float("nan"), dtype=torch.float64)
         with scoring_mode(lm):
             device = next(backbone.parameters()).device
-            for column, context in enumerate(contexts):
+            columns = tqdm(
+                enumerate(contexts),
+                total=len(contexts),
+                desc="MI cross-scoring",
+                unit="context",
+                leave=False,
+                disable=not self.show_progress,
+            )
+            for column, context in columns:
                 rows = mask[:, column].nonzero().flatten().tolist()
                 if rows:
                     scores[rows, column] = self._score_context(
