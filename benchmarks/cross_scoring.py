@@ -125,7 +125,7 @@ def step_overhead(shape: dict) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_ragen2.diagnostics import MIDiagnosticsCallback, MIDiagnosticsConfig
-    from trl_ragen2.tiny import make_tiny_tokenizer
+    from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_tokenizer
 
     tokenizer = make_tiny_tokenizer()
     g = torch.Generator().manual_seed(1)
@@ -146,11 +146,8 @@ def step_overhead(shape: dict) -> dict:
         max_completion_length=shape["chain_len"],
         max_steps=shape["steps"] + 1,
         learning_rate=1e-4,
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
+        **CPU_TRAINING_KWARGS,
         logging_steps=1,
-        report_to="none",
         save_strategy="no",
         generation_kwargs={"suppress_tokens": list(range(len(tokenizer), VOCAB))},
         disable_tqdm=True,

@@ -54,3 +54,21 @@ def record_loss_rows(trainer):
 
     trainer._compute_loss = compute_loss
     return calls
+
+
+def positional_reward_for(rank: int, rows_per_process: int, num_generations: int, amplitude: float = 10.0):
+    """A reward giving variance only to global group `step % 3`, wherever its rows sit across processes.
+
+    Row i of process `rank` is global row `rank * rows_per_process + i`; its group pays `amplitude * (length % 2)`
+    when it is the step's chosen group, 0 otherwise (see `script_generation` for the lengths).
+    """
+
+    def positional_reward(prompts, completion_ids, trainer_state, **kwargs):
+        kept_group = trainer_state.global_step % 3
+        rewards = []
+        for i, ids in enumerate(completion_ids):
+            group = (rank * rows_per_process + i) // num_generations
+            rewards.append((amplitude if group == kept_group else 0.0) * (len(ids) % 2))
+        return rewards
+
+    return positional_reward

@@ -216,7 +216,7 @@ def grpo_trainer(tokenizer, output_dir, max_steps, seed=0):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_ragen2.tiny import make_tiny_model
+    from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model
 
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Count to {i}"}] for i in range(64)]})
 
@@ -230,11 +230,8 @@ def grpo_trainer(tokenizer, output_dir, max_steps, seed=0):
         max_completion_length=12,
         max_steps=max_steps,
         learning_rate=1e-3,
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
+        **CPU_TRAINING_KWARGS,
         logging_steps=1,
-        report_to="none",
         save_strategy="steps",
         save_steps=2,
         seed=seed,

@@ -12,7 +12,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trl_ragen2.ppo_config import SNRFilteredPPOConfig
 from trl_ragen2.ppo_trainer import SNRFilteredPPOTrainer
-from trl_ragen2.tiny import make_tiny_model, tiny_model_path
+from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model, tiny_model_path
 
 from .scripted import parity_reward_for, record_loss_rows, script_generation
 
@@ -30,11 +30,8 @@ def make_args(tmp_path, **overrides):
         max_steps=1,
         learning_rate=1e-2,  # large, so one step visibly moves the tiny model
         critic_learning_rate=1e-2,
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
+        **CPU_TRAINING_KWARGS,
         logging_steps=1,
-        report_to="none",
         save_strategy="no",
         seed=7,
     )

@@ -30,6 +30,10 @@ import torch
 
 TINY_MODEL_NAME = "tiny"
 
+# TRL config keywords for a CPU run: TRL configs default to bf16 and gradient checkpointing, which CPU runs of the
+# tiny model neither need nor (bf16) support. `GRPOConfig(output_dir="out", **CPU_TRAINING_KWARGS)`.
+CPU_TRAINING_KWARGS = {"bf16": False, "use_cpu": True, "gradient_checkpointing": False, "report_to": "none"}
+
 CHATML_SPECIAL_TOKENS = [
     "<|endoftext|>",
     "<|im_start|>",

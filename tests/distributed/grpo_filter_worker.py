@@ -17,11 +17,11 @@ import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer  # noqa: E402
-from trl_ragen2.tiny import make_tiny_model, make_tiny_tokenizer  # noqa: E402
+from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer  # noqa: E402
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scripted import script_generation  # noqa: E402
+from scripted import positional_reward_for, script_generation  # noqa: E402
 
 
 ROWS_PER_PROCESS, NUM_GENERATIONS = 6, 4
@@ -30,13 +30,7 @@ ROWS_PER_PROCESS, NUM_GENERATIONS = 6, 4
 def main(out_dir):
     rank = int(os.environ["RANK"])  # set by torchrun
 
-    def positional_reward(prompts, completion_ids, trainer_state, **kwargs):
-        kept_group = trainer_state.global_step % 3
-        rewards = []
-        for i, ids in enumerate(completion_ids):
-            group = (rank * ROWS_PER_PROCESS + i) // NUM_GENERATIONS
-            rewards.append((10.0 if group == kept_group else 0.0) * (len(ids) % 2))
-        return rewards
+    positional_reward = positional_reward_for(rank, ROWS_PER_PROCESS, NUM_GENERATIONS)
 
     tokenizer = make_tiny_tokenizer()
     args = SNRFilteredGRPOConfig(
@@ -46,11 +40,8 @@ def main(out_dir):
         max_completion_length=8,
         max_steps=3,
         learning_rate=1e-2,
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
+        **CPU_TRAINING_KWARGS,
         logging_steps=1,
-        report_to="none",
         save_strategy="no",
         ddp_backend="gloo",
         seed=3,

@@ -20,7 +20,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 import trl_ragen2.diagnostics as diagnostics_module  # noqa: E402
 from trl_ragen2.diagnostics import MIDiagnosticsCallback, MIDiagnosticsConfig  # noqa: E402
 from trl_ragen2.scoring import ThinkTagExtractor  # noqa: E402
-from trl_ragen2.tiny import make_tiny_model, make_tiny_tokenizer  # noqa: E402
+from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer  # noqa: E402
 
 
 def main(out_dir):
@@ -38,11 +38,8 @@ def main(out_dir):
         max_completion_length=10,
         max_steps=3,
         learning_rate=1e-3,
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
+        **CPU_TRAINING_KWARGS,
         logging_steps=1,
-        report_to="none",
         save_strategy="no",
         ddp_backend="gloo",
         seed=5,
