@@ -45,17 +45,44 @@ def test_webshop_cpu_preset_two_steps(tmp_path):
     assert (out / "metrics.jsonl").exists() and (out / "model.safetensors").exists()
 
 
-@pytest.mark.parametrize("task", ["sokoban", "frozen_lake", "countdown", "metamathqa", "searchqa", "deepcoder"])
-def test_task_recipe_one_step(tmp_path, task):
+@pytest.mark.parametrize(
+    "task, extra",
+    [
+        ("sokoban", []),
+        ("frozen_lake", []),
+        ("countdown", []),
+        ("metamathqa", []),
+        ("searchqa", []),
+        ("deepcoder", []),
+        ("sokoban", ["--algorithm", "ppo"]),
+        ("frozen_lake", ["--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"]),
+    ],
+    ids=[
+        "sokoban",
+        "frozen_lake",
+        "countdown",
+        "metamathqa",
+        "searchqa",
+        "deepcoder",
+        "sokoban-ppo",
+        "frozen_lake-lora",
+    ],
+)
+def test_task_recipe_one_step(tmp_path, task, extra):
     out = tmp_path / task
     stdout = run(
         [sys.executable, str(RECIPES / f"{task}.py"), "--config", str(RECIPES / "configs" / "agent_cpu.yaml"),
-         "--max_steps", "1", "--eval_strategy", "no", "--write_plots", "false", "--output_dir", str(out)],
+         "--max_steps", "1", "--eval_strategy", "no", "--write_plots", "false", "--output_dir", str(out), *extra],
         tmp_path,
     )  # fmt: skip
     assert "steps: 1" in stdout
-    metrics = json.loads((out / "run_summary.json").read_text())["final_metrics"]
-    assert f"ragen2/env/{task}/success_rate" in metrics
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert f"ragen2/env/{task}/success_rate" in summary["final_metrics"]
+    if "ppo" in extra:
+        assert summary["details"]["Algorithm"] == "ppo" and "ragen2/ppo/value_loss" in summary["final_metrics"]
+        assert (out / "critic" / "config.json").exists()
+    if "--use_peft" in extra:
+        assert (out / "adapter_config.json").exists()
 
 
 def test_recipe_rejects_bad_algorithm(tmp_path):
