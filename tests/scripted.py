@@ -10,6 +10,42 @@ from __future__ import annotations
 
 from collections import Counter
 
+from datasets import Dataset
+
+from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+
+
+# amplitude a gives the group rewards [0, a, 0, a]: variances 0, 1/3, 100/3, 0 -> rho = 0.9 keeps only "P2:"
+AMPLITUDES = {"P0:": 0.0, "P1:": 1.0, "P2:": 10.0, "P3:": 0.0}
+
+
+def tiny_trainer_args(tmp_path, config_cls, **overrides):
+    """A trainer config for one scripted step on the tiny model: 4 prompts x 4 rollouts, CPU, no saving."""
+    values = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=16,  # one generation batch = 4 prompts x 4 rollouts
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=1,
+        learning_rate=1e-2,  # large, so one step visibly moves the tiny model
+        **CPU_TRAINING_KWARGS,
+        logging_steps=1,
+        save_strategy="no",
+        seed=7,
+    )
+    values.update(overrides)
+    return config_cls(**values)
+
+
+def dataset(prompts):
+    """A prompt-only dataset."""
+    return Dataset.from_dict({"prompt": list(prompts)})
+
+
+def snapshot(module):
+    """A copy of every named parameter, to compare after training."""
+    return {name: param.detach().clone() for name, param in module.named_parameters()}
+
 
 def script_generation(trainer, token: str = "x"):
     tokenizer = trainer.processing_class

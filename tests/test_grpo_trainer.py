@@ -7,42 +7,24 @@ from collections import Counter
 
 import pytest
 import torch
-from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model, tiny_model_path
+from trl_ragen2.tiny import make_tiny_model, tiny_model_path
 
-from .scripted import parity_reward_for, record_loss_rows, script_generation
-
-
-# amplitude a gives the group rewards [0, a, 0, a]: variances 0, 1/3, 100/3, 0 -> rho = 0.9 keeps only "P2:"
-AMPLITUDES = {"P0:": 0.0, "P1:": 1.0, "P2:": 10.0, "P3:": 0.0}
+from .scripted import (
+    AMPLITUDES,
+    dataset,
+    parity_reward_for,
+    record_loss_rows,
+    script_generation,
+    snapshot,
+    tiny_trainer_args,
+)
 
 
 def make_args(tmp_path, cls=SNRFilteredGRPOConfig, **overrides):
-    values = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=16,  # one generation batch = 4 prompts x 4 rollouts
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=1,
-        learning_rate=1e-2,  # large, so one step visibly moves the tiny model
-        **CPU_TRAINING_KWARGS,
-        logging_steps=1,
-        save_strategy="no",
-        seed=7,
-    )
-    values.update(overrides)
-    return cls(**values)
-
-
-def dataset(prompts):
-    return Dataset.from_dict({"prompt": list(prompts)})
-
-
-def snapshot(model):
-    return {name: param.detach().clone() for name, param in model.named_parameters()}
+    return tiny_trainer_args(tmp_path, cls, **overrides)
 
 
 def assert_same_params(a, b, atol=0.0):
