@@ -1,4 +1,4 @@
-"""Row-level operations on TRL generation batches: keep rows, trim padding, split unevenly.
+"""Row-level operations on TRL generation batches: keep rows, trim completion padding, cut micro-batches.
 
 A GRPO generation batch is a dict whose per-row tensors share their first dimension (B); `prompt_ids` /
 `prompt_mask` are left-padded (B, Lp), completion-aligned tensors (`completion_ids`, `completion_mask`,
@@ -52,106 +52,110 @@ def select_rows(batch: dict[str, Any], index: torch.Tensor) -> dict[str, Any]:
 
 
 def zero_loss_rows(batch: dict[str, Any]) -> dict[str, Any]:
-    """Copy of `batch` whose rows contribute nothing to the loss (their loss masks are zero)."""
+    """Copy of `batch` whose rows are placeholders: they contribute nothing to the loss or its statistics.
+
+    Their loss masks are zero, and a vLLM importance-sampling ratio is set to 1 (TRL's `vespo` weight sums the log
+    of that ratio over every column, masked or not; with ratio 1 a placeholder's weight is exactly 1).
+    """
     out = dict(batch)
     for key in LOSS_MASK_KEYS:
         if isinstance(out.get(key), torch.Tensor):
             out[key] = torch.zeros_like(out[key])
+    if isinstance(out.get("importance_sampling_ratio"), torch.Tensor):
+        out["importance_sampling_ratio"] = torch.ones_like(out["importance_sampling_ratio"])
     return out
 
 
 def loss_token_count(batch: dict[str, Any]) -> torch.Tensor:
     """Number of tokens the loss covers in this (local) batch: completion_mask * tool_mask summed."""
+    return row_loss_tokens(batch).sum()
+
+
+def row_loss_tokens(batch: dict[str, Any]) -> torch.Tensor:
+    """Loss tokens of each row, (B,): completion_mask * tool_mask summed over the completion."""
     mask = batch["completion_mask"]
     if isinstance(batch.get("tool_mask"), torch.Tensor):
         mask = mask * batch["tool_mask"]
-    return mask.sum()
+    return mask.sum(dim=1)
 
 
-def trim_padding(batch: dict[str, Any]) -> dict[str, Any]:
-    """Drop prompt columns that are padding in every row (left) and completion columns past every row's end.
+def _completion_keys(batch: dict[str, Any]) -> list[str]:
+    """Keys of the per-row tensors aligned with the completion columns (right-padded)."""
+    rows, width = num_rows(batch), batch["completion_ids"].size(1)
+    return [
+        key
+        for key, value in batch.items()
+        if key not in PROMPT_KEYS and is_row_tensor(value, rows) and value.dim() >= 2 and value.size(1) == width
+    ]
 
-    Positions removed on the left are padding in every row, and positions removed on the right come after every
-    row's last attended token, so log-probabilities of the remaining tokens are unchanged.
+
+def trim_completion_padding(batch: dict[str, Any], multiple_of: int | None = None) -> dict[str, Any]:
+    """Drop the completion columns past every row's last attended token, keeping a multiple of `multiple_of`.
+
+    Nothing attends to those columns (the model is causal and they are masked), so every remaining log-probability
+    is unchanged. Prompt columns are never trimmed: removing left padding would shift the positions the old and
+    reference log-probabilities were computed at.
     """
-    rows = num_rows(batch)
-    out = dict(batch)
-    prompt_width = batch["prompt_mask"].size(1)
-    used = batch["prompt_mask"].bool().any(dim=0).nonzero()
-    first = int(used[0]) if used.numel() else prompt_width - 1
-    if first > 0:
-        for key in PROMPT_KEYS:
-            out[key] = batch[key][:, first:]
-    completion_width = batch["completion_mask"].size(1)
+    width = batch["completion_mask"].size(1)
     used = batch["completion_mask"].bool().any(dim=0).nonzero()
     last = int(used[-1]) + 1 if used.numel() else 1
-    if last < completion_width:
-        for key, value in batch.items():
-            if key in PROMPT_KEYS or not is_row_tensor(value, rows) or value.dim() < 2:
-                continue
-            if value.size(1) == completion_width:
-                out[key] = value[:, :last]
+    if multiple_of:
+        last = -(-last // multiple_of) * multiple_of
+    if last >= width:
+        return batch
+    out = dict(batch)
+    for key in _completion_keys(batch):
+        out[key] = batch[key][:, :last]
     return out
 
 
-def chunk_sizes(rows: int, num_chunks: int) -> list[int]:
-    """Sizes of an even split of `rows` into `num_chunks` (they differ by at most one; leading chunks larger)."""
-    return [len(piece) for piece in torch.arange(rows).tensor_split(num_chunks)]
+def minimal_placeholder_rows(batch: dict[str, Any], count: int, multiple_of: int | None = None) -> dict[str, Any]:
+    """`count` placeholder rows only `multiple_of` (default 1) prompt and completion columns wide.
 
-
-def aligned_chunk_sizes(rows_per_process: list[int], num_chunks: int) -> list[int]:
-    """Per-chunk row counts every process pads to: the largest chunk any process has, and at least one row.
-
-    Collectives inside the loss (TRL gathers per-row statistics) need the same number of rows on every process at
-    every micro-step; a process with fewer kept rows pads with zero-loss rows (it would otherwise wait anyway).
+    For a micro-step in which a process holds no kept row: its forward pass costs next to nothing, yet every
+    process still runs one (DDP and the collectives inside TRL's loss need it).
     """
-    per_process = [chunk_sizes(rows, num_chunks) for rows in rows_per_process]
-    return [max(1, *(sizes[i] for sizes in per_process)) for i in range(num_chunks)]
+    width = multiple_of or 1
+    first = select_rows(batch, torch.zeros(count, dtype=torch.long))
+    completion_keys = _completion_keys(first)
+    out = zero_loss_rows(first)
+    for key in PROMPT_KEYS:
+        out[key] = first[key][:, -width:]  # left-padded: the last columns are prompt tokens in every row
+    for key in completion_keys:
+        out[key] = out[key][:, :width]
+    return out
 
 
-def split_rows_unevenly(
-    batch: dict[str, Any], num_chunks: int, pad_to: list[int] | None = None
+def micro_batches(
+    batch: dict[str, Any], sizes: list[int], aligned: list[int], multiple_of: int | None = None
 ) -> list[dict[str, Any]]:
-    """Split a batch into `num_chunks` micro-batches whose sizes differ by at most one row, dropping none.
+    """Cut a (shuffled) batch into consecutive micro-batches of `sizes[i]` rows, padded to `aligned[i]` rows.
 
-    Chunk `i` is padded with zero-loss copies of the first row up to `pad_to[i]` rows (default: one row), so every
-    process still runs a forward and backward pass on every micro-step (DDP and ZeRO need it) with the same number
-    of rows as the others (see [`aligned_chunk_sizes`]).
+    Padding rows are zero-loss copies of the micro-batch's first row (same width, so no column moves), or minimal
+    placeholders when the micro-batch has no row of its own. `sum(sizes)` may be smaller than the batch (its
+    placeholder source row, when a process kept nothing).
     """
-    pad_to = pad_to or [1] * num_chunks
-    placeholder = zero_loss_rows(select_rows(batch, torch.zeros(1, dtype=torch.long)))
-    chunks = []
-    for piece, target in zip(torch.arange(num_rows(batch)).tensor_split(num_chunks), pad_to, strict=True):
-        chunk = select_rows(batch, piece) if piece.numel() else None
-        missing = target - piece.numel()
-        if missing > 0:
-            padding = select_rows(placeholder, torch.zeros(missing, dtype=torch.long))
-            chunk = padding if chunk is None else concat_rows(chunk, padding)
+    chunks, start = [], 0
+    for size, target in zip(sizes, aligned, strict=True):
+        if size == 0:
+            chunks.append(minimal_placeholder_rows(batch, target, multiple_of))
+            continue
+        chunk = select_rows(batch, torch.arange(start, start + size))
+        if target > size:
+            chunk = concat_rows(
+                chunk, zero_loss_rows(select_rows(chunk, torch.zeros(target - size, dtype=torch.long)))
+            )
         chunks.append(chunk)
+        start += size
     return chunks
 
 
 def concat_rows(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    """Stack two batches row-wise, right-padding completion-aligned and left-padding prompt tensors to one width."""
+    """Stack two batches of the same column widths row-wise; other values come from `first`."""
     rows_first, rows_second = num_rows(first), num_rows(second)
     out = {}
     for key, a in first.items():
         b = second[key]
-        if not (is_row_tensor(a, rows_first) and is_row_tensor(b, rows_second)):
-            out[key] = a
-            continue
-        if a.dim() >= 2 and a.size(1) != b.size(1):
-            width = max(a.size(1), b.size(1))
-            # prompt tensors are left-padded; everything else is right-padded (pad values are masked out)
-            side = "left" if key in PROMPT_KEYS else "right"
-            a, b = (_pad_columns(t, width, side) for t in (a, b))
-        out[key] = torch.cat([a, b], dim=0)
+        both_rows = is_row_tensor(a, rows_first) and is_row_tensor(b, rows_second)
+        out[key] = torch.cat([a, b], dim=0) if both_rows else a
     return out
-
-
-def _pad_columns(tensor: torch.Tensor, width: int, side: str) -> torch.Tensor:
-    missing = width - tensor.size(1)
-    if missing == 0:
-        return tensor
-    pad = torch.zeros((tensor.size(0), missing, *tensor.shape[2:]), dtype=tensor.dtype, device=tensor.device)
-    return torch.cat([pad, tensor] if side == "left" else [tensor, pad], dim=1)

@@ -27,17 +27,20 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict
 
+from .advantages import batch_dependent, kept_row_advantages
 from .batch_utils import (
-    aligned_chunk_sizes,
     loss_token_count,
+    micro_batches,
+    num_rows,
+    row_loss_tokens,
     select_rows,
-    split_rows_unevenly,
-    trim_padding,
+    trim_completion_padding,
     zero_loss_rows,
 )
 from .diagnostics import MIDiagnostics
 from .filtering import filter_stats, group_reward_scores, select_groups
 from .grpo_config import SNRFilteredGRPOConfig
+from .micro_steps import MicroStep, chunk_windows, correct_trl_metrics, fill_chunks, loss_factors, plan_micro_steps
 
 
 logger = logging.getLogger(__name__)
@@ -68,20 +71,41 @@ class FilterState:
 
 
 class _EmptyStepGuard(TrainerCallback):
-    """Makes an empty filter step change no parameter, and stops training after too many in a row.
+    """Makes an optimizer step without a kept row a true no-op, and stops training after too many empty steps.
 
-    When no group is kept, every micro-batch is a zero-loss placeholder. Dropping the (zero) gradients before the
-    optimizer step makes torch optimizers skip every parameter: no update, no weight decay, no moment change.
+    An optimizer step none of whose micro-steps holds a kept row (on any process) would still let the optimizer
+    move every weight (weight decay, moment updates). Its `optimizer.step()` call is skipped: no parameter,
+    optimizer-state or gradient-scaler change. The learning-rate schedule still advances (it counts optimizer
+    steps of training, not updates).
     """
 
     def __init__(self, trainer: SNRFilteredGRPOTrainer):
         self.trainer = trainer
         self.stop_reported = False
+        self.skipped_optimizer = None
+        self.saved_step = None
 
-    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-        if self.trainer._generation_is_empty and model is not None:
-            for param in model.parameters():
-                param.grad = None
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        if trainer.args.reward_variance_filtering is not None and not trainer._step_has_kept_rows:
+            optimizer = trainer.optimizer
+            # Shadow step() for this one call. The LR scheduler may have wrapped it in an instance attribute
+            # already: keep whatever is there to put it back.
+            self.saved_step = optimizer.__dict__.get("step")
+            optimizer.step = _skipped_step
+            self.skipped_optimizer = optimizer
+            trainer._metrics["train"]["ragen2/filter/skipped_updates"].append(1.0)
+        elif trainer.args.reward_variance_filtering is not None:
+            trainer._metrics["train"]["ragen2/filter/skipped_updates"].append(0.0)
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.skipped_optimizer is not None:
+            if self.saved_step is None:
+                del self.skipped_optimizer.step  # the class's step() again
+            else:
+                self.skipped_optimizer.step = self.saved_step
+            self.skipped_optimizer = self.saved_step = None
+        self.trainer._step_has_kept_rows = False  # the next optimizer step starts
 
     def on_step_end(self, args, state, control, **kwargs):
         patience = self.trainer.args.reward_variance_empty_patience
@@ -100,6 +124,10 @@ class _EmptyStepGuard(TrainerCallback):
                     state.global_step,
                 )
         return control
+
+
+def _skipped_step(*args, **kwargs):
+    return None
 
 
 class SNRFilteredGRPOTrainer(GRPOTrainer):
@@ -150,7 +178,12 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self._global_rewards_per_func: torch.Tensor | None = None
         self.current_rows: list[dict] | None = None
         self._filtered_batch: dict | None = None
-        self._kept_rows_per_process: list[int] = []
+        self._local_kept_rows = 0
+        self._micro_step_plan: list[MicroStep] = []
+        self._micro_step: MicroStep | None = None
+        self._step_has_kept_rows = False  # whether the current optimizer step has trained on a kept row yet
+        self._capture_loss_forward = False
+        self._loss_forward = None
         self._generation_is_empty = False
         self._loss_scale = 1.0
         # Extra lines for the model card, e.g. {"Catalogue": "webshop-small-1k"}; recipes fill it.
@@ -211,21 +244,26 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         rewards = self._raw_rewards()  # (N_global,)
         keep_groups = self.select_groups_from_rewards(rewards)  # (P,)
         keep_rows = keep_groups.repeat_interleave(self.num_generations)  # (N_global,)
-        local_rows = batch["completion_ids"].size(0)
+        local_rows = num_rows(batch)
         start = self.accelerator.process_index * local_rows
-        local_keep = keep_rows[start : start + local_rows].to(batch["completion_ids"].device)  # (B,)
+        device = batch["completion_ids"].device
+        local_keep = keep_rows[start : start + local_rows].to(device)  # (B,)
+
+        used_advantages = self._kept_advantages(keep_rows)  # (N_global,), NaN on filtered rows
+        if batch_dependent(self.scale_rewards, self.multi_objective_aggregation):
+            batch["advantages"] = used_advantages[start : start + local_rows].to(device)
+        self._show_used_advantages(used_advantages)
 
         index = local_keep.nonzero().squeeze(1)
+        self._local_kept_rows = index.numel()
         if index.numel():
-            filtered = trim_padding(select_rows(batch, index))
+            filtered = trim_completion_padding(select_rows(batch, index), self.pad_to_multiple_of)
         else:
-            # This process keeps nothing: one zero-loss placeholder row keeps every process stepping in lockstep.
+            # This process keeps nothing: a zero-loss row is the source of the placeholders it trains on.
             filtered = zero_loss_rows(select_rows(batch, torch.zeros(1, dtype=torch.long)))
         # The dapo/cispo/vespo normaliser is a global token count: recount it over the kept rows of all processes.
         filtered["num_items_in_batch"] = self.accelerator.gather(loss_token_count(filtered)).sum()
 
-        # Rows each process keeps, known everywhere without communication: the selection is global.
-        self._kept_rows_per_process = keep_rows.view(self.accelerator.num_processes, local_rows).sum(dim=1).tolist()
         empty = not bool(keep_groups.any())
         self._update_filter_state(empty)
         kept_fraction = keep_groups.float().mean().item()
@@ -235,6 +273,35 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
 
         self._filtered_batch = filtered
         return filtered
+
+    def _kept_advantages(self, keep_rows: torch.Tensor) -> torch.Tensor:
+        """The advantage the loss uses for each row of the generation batch (N_global,); NaN for filtered rows.
+
+        TRL's group advantages stay valid for the kept groups; options TRL defines over the batch
+        (`scale_rewards="batch"`, `normalize_then_sum`) are recomputed over the kept rows alone.
+        """
+        total = keep_rows.numel()
+        if batch_dependent(self.scale_rewards, self.multi_objective_aggregation):
+            used = torch.full((total,), float("nan"))
+            if keep_rows.any():
+                kept = self._global_rewards_per_func[keep_rows.to(self._global_rewards_per_func.device)]
+                used[keep_rows.cpu()] = kept_row_advantages(
+                    kept.cpu(),
+                    self.reward_weights.cpu(),
+                    self.num_generations,
+                    self.scale_rewards,
+                    self.multi_objective_aggregation,
+                ).float()
+            return used
+        group_advantages = torch.tensor(list(self._logs["advantages"])[-total:], dtype=torch.float32)
+        return group_advantages.masked_fill(~keep_rows.cpu(), float("nan"))
+
+    def _show_used_advantages(self, used: torch.Tensor) -> None:
+        """The completions table shows the advantage the loss used; NaN marks the rows the filter dropped."""
+        history = list(self._logs["advantages"])
+        history[-used.numel() :] = used.tolist()
+        self._logs["advantages"].clear()
+        self._logs["advantages"].extend(history)
 
     def _update_filter_state(self, empty: bool) -> None:
         state = self.filter_state
@@ -261,22 +328,117 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
     def _prepare_inputs(self, generation_batch):
         self._filtered_batch = None
         inputs = super()._prepare_inputs(generation_batch)
+        if not self.model.training or self.args.reward_variance_filtering is None:
+            self._micro_step = None
+            return inputs
         if self._filtered_batch is not None:
             # GRPOTrainer just generated and split the filtered batch with a floor division that drops the
-            # remainder rows; re-split it so that every kept row is trained on.
-            shuffled = shuffle_sequence_dict(self._filtered_batch)
-            steps = self.args.steps_per_generation
-            pad_to = aligned_chunk_sizes(self._kept_rows_per_process, steps)
-            self._buffered_inputs = split_rows_unevenly(shuffled, steps, pad_to=pad_to)
-            inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
+            # remainder rows; lay it out again so that every kept row is trained on, in full mini-batches.
+            self._buffered_inputs, self._micro_step_plan = self._lay_out(self._filtered_batch)
             self._filtered_batch = None
-        return inputs
+        cycle = len(self._micro_step_plan)
+        self._micro_step = self._micro_step_plan[self._step % cycle]
+        self._step_has_kept_rows |= self._micro_step.unit_rows > 0
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    def _lay_out(self, batch: dict) -> tuple[list[dict], list[MicroStep]]:
+        """Shuffle the filtered batch and cut it into this generation's micro-batches (see `trl_ragen2.micro_steps`)."""
+        args = self.args
+        steps = args.steps_per_generation
+        shuffled = shuffle_sequence_dict(batch)
+        windows = chunk_windows(self._step, steps, args.gradient_accumulation_steps)
+        sizes = fill_chunks(self._local_kept_rows, windows, args.per_device_train_batch_size)
+        row_tokens = row_loss_tokens(shuffled)[: self._local_kept_rows]
+        tokens = [int(chunk.sum()) for chunk in row_tokens.split(sizes)]
+        local = torch.tensor([sizes, tokens], dtype=torch.long, device=self.accelerator.device).T  # (S, 2)
+        gathered = self.accelerator.gather(local.unsqueeze(0)).cpu()  # (P, S, 2)
+        plan = plan_micro_steps(
+            gathered[..., 0].tolist(),
+            gathered[..., 1].tolist(),
+            self._step,
+            args.gradient_accumulation_steps,
+            self.num_iterations,
+        )[self.accelerator.process_index]
+        aligned = [plan[i].rows for i in range(steps)]
+        return micro_batches(shuffled, sizes, aligned, self.pad_to_multiple_of), plan
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._capture_loss_forward:
+            self._loss_forward = result  # (logps (B, T), entropies (B, T) or None, aux loss or None)
+        return result
 
     def _compute_loss(self, model, inputs):
-        loss = super()._compute_loss(model, inputs)
-        if self.model.training and self._loss_scale != 1.0:
-            loss = loss * self._loss_scale
-        return loss
+        step = self._micro_step if self.model.training else None
+        if step is None:
+            loss = super()._compute_loss(model, inputs)
+            return loss * self._loss_scale if self.model.training and self._loss_scale != 1.0 else loss
+
+        entropy_coef = self._entropy_coef_in_force()  # read before TRL's adaptive controller updates it
+        lengths = {key: len(values) for key, values in self._metrics["train"].items()}
+        self._capture_loss_forward = True
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._capture_loss_forward = False
+        _, entropies, aux_loss = self._loss_forward
+        self._loss_forward = None
+
+        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+        accumulation = self.current_gradient_accumulation_steps
+        policy_factor, entropy_factor = loss_factors(
+            self.loss_type,
+            step,
+            rows=mask.size(0),
+            tokens=int(mask.sum()),
+            num_processes=self.accelerator.num_processes,
+            accumulation_steps=accumulation,
+            steps_per_generation=self.args.steps_per_generation,
+            num_items_in_batch=float(inputs["num_items_in_batch"]),
+        )
+        # TRL's loss: policy - coef * entropy_bonus (+ aux). Rescale the terms by their own factors.
+        entropy_bonus = torch.zeros((), device=loss.device)
+        if entropy_coef and entropies is not None:
+            entropy_bonus = (entropies * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
+        policy_loss = loss + entropy_coef * entropy_bonus
+        aux_term = torch.zeros((), device=loss.device)
+        if self.aux_loss_enabled and aux_loss is not None:
+            aux_term = self.router_aux_loss_coef * aux_loss / accumulation
+            policy_loss = policy_loss - aux_term
+        if self.top_entropy_quantile < 1.0:
+            entropy_factor = policy_factor  # TRL picks the entropy tokens per micro-batch: no exact reference
+        corrected = policy_factor * policy_loss - entropy_factor * entropy_coef * entropy_bonus
+        if step.real_rows:  # MoE aux loss: TRL's per-micro-batch term, none for placeholder-only micro-batches
+            corrected = corrected + aux_term
+        self._correct_metrics(lengths, step, policy_factor * policy_loss.detach())
+        return corrected * self._loss_scale
+
+    def _entropy_coef_in_force(self) -> float:
+        """The entropy-bonus coefficient TRL's `_compute_loss` applies to this micro-batch."""
+        if not self._entropy_bonus_enabled:
+            return 0.0
+        if self.use_adaptive_entropy and self._last_world_entropy > self.args.entropy_target:
+            return 0.0
+        return self.entropy_coef
+
+    def _correct_metrics(self, lengths: dict[str, int], step: MicroStep, policy_contribution: torch.Tensor) -> None:
+        """Replace what TRL's `_compute_loss` just logged by its value over the kept rows (nothing without any)."""
+        metrics = self._metrics["train"]
+        appended = {
+            key: values[lengths.get(key, 0) :] for key, values in metrics.items() if len(values) > lengths.get(key, 0)
+        }
+        if "policy_loss" in appended:
+            # The micro-step's share of the unit's policy loss, scaled so the mean over the unit's micro-steps is it.
+            share = self.accelerator.reduce(policy_contribution.reshape(1), reduction="mean").item()
+            appended["policy_loss"] = [share * self.args.gradient_accumulation_steps] if step.unit_rows else []
+        sequence_level = self.importance_sampling_level == "sequence"
+        corrected = correct_trl_metrics(appended, step, self.accelerator.num_processes, sequence_level)
+        for key in appended:
+            kept = metrics[key][: lengths.get(key, 0)] + corrected.get(key, [])
+            if kept:
+                metrics[key] = kept
+            else:
+                del metrics[key]
 
     # ----------------------------------------------------------------------------------------------------------
     # Checkpoints and model card

@@ -1,0 +1,230 @@
+"""The SNR-filtered update is exactly plain GRPOTrainer's update on the kept rows, for every TRL loss type.
+
+Each optimizer step's gradient (SGD, no clipping, captured right before the step) is compared with plain
+`GRPOTrainer`'s gradient on a batch holding only the rows that step trained on, as one micro-batch: either a whole
+plain `GRPOTrainer` run on the kept prompt groups alone, or TRL's `_compute_loss` on the recorded rows.
+"""
+
+import pytest
+import torch
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+from trl_ragen2.tiny import make_tiny_model, tiny_model_path
+
+from .exactness import (
+    assert_same_gradient,
+    concat_micro_batches,
+    record_gradients,
+    record_kept_rows,
+    reference_gradient,
+)
+from .scripted import AMPLITUDES, dataset, parity_reward_for, script_generation, snapshot, tiny_trainer_args
+
+
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
+EXACT = dict(optim="sgd", max_grad_norm=0.0, learning_rate=1e-2)
+
+# Layouts of the 4 kept rows ("P2:", the one group with reward variance) over micro-steps:
+LAYOUTS = {
+    # all 4 prompt groups (16 rows) in one generation, one micro-batch
+    "one_micro_batch": dict(prompts=list(AMPLITUDES), per_device_train_batch_size=16),
+    # 3 groups (12 rows), 3 micro-steps: the kept rows split 2 + 1 + 1
+    "uneven": dict(prompts=["P2:", "P0:", "P3:"], per_device_train_batch_size=4, gradient_accumulation_steps=3),
+    # 4 groups, 8 micro-steps of 2 rows: 1 + 1 + 1 + 1 kept rows, then 4 placeholder-only micro-steps
+    "placeholders": dict(prompts=list(AMPLITUDES), per_device_train_batch_size=2, gradient_accumulation_steps=8),
+}
+
+
+def loss_settings(loss_type, entropy_coef=0.0, **extra):
+    settings = dict(loss_type=loss_type, entropy_coef=entropy_coef, **extra)
+    if loss_type == "luspo":
+        settings["importance_sampling_level"] = "sequence"  # what TRL recommends for luspo
+    return settings
+
+
+def make_trainer(tmp_path, tokenizer, trainer_cls, prompts, reward_funcs=None, model=None, **args):
+    config_cls = SNRFilteredGRPOConfig if trainer_cls is SNRFilteredGRPOTrainer else GRPOConfig
+    if config_cls is SNRFilteredGRPOConfig:
+        args.setdefault("mi_diagnostics", False)
+    trainer = trainer_cls(
+        model=model if model is not None else make_tiny_model(tokenizer, seed=0),
+        reward_funcs=reward_funcs or parity_reward_for(AMPLITUDES),
+        args=tiny_trainer_args(tmp_path, config_cls, **args),
+        train_dataset=dataset(prompts),
+        processing_class=tokenizer,
+    )
+    return script_generation(trainer)
+
+
+def plain_gradient_on(tmp_path, tokenizer, prompts, reward_funcs=None, model=None, **settings):
+    """Gradient of one plain GRPOTrainer step on `prompts` alone, in one micro-batch."""
+    plain = make_trainer(
+        tmp_path / "plain",
+        tokenizer,
+        GRPOTrainer,
+        prompts,
+        reward_funcs=reward_funcs,
+        model=model,
+        per_device_train_batch_size=4 * len(prompts),
+        **EXACT,
+        **settings,
+    )
+    grads = record_gradients(plain)
+    plain.train()
+    return grads.steps[0]
+
+
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.05], ids=["no_entropy", "entropy"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_step_equals_plain_grpo_on_the_kept_groups(tmp_path, tiny_tokenizer, loss_type, layout, entropy_coef):
+    settings = loss_settings(loss_type, entropy_coef)
+    layout_args = dict(LAYOUTS[layout])
+    prompts = layout_args.pop("prompts")
+    filtered = make_trainer(tmp_path / "snr", tiny_tokenizer, SNRFilteredGRPOTrainer, prompts, **EXACT,
+                            **layout_args, **settings)  # fmt: skip
+    grads = record_gradients(filtered)
+    filtered.train()
+    assert filtered.state.log_history[0]["ragen2/filter/kept_rows"] == 4
+    reference = plain_gradient_on(tmp_path, tiny_tokenizer, ["P2:"], **settings)
+    assert_same_gradient(grads.steps[0], reference)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_step_equals_plain_grpo_with_a_reference_model(tmp_path, tiny_tokenizer, loss_type):
+    # beta > 0 reloads the reference model by name: both trainers start from the same saved tiny model
+    path = tiny_model_path(cache_dir=tmp_path / "models")
+    settings = loss_settings(loss_type, 0.05, beta=0.1)
+    filtered = make_trainer(tmp_path / "snr", tiny_tokenizer, SNRFilteredGRPOTrainer, ["P2:", "P0:", "P3:"],
+                            model=path, per_device_train_batch_size=4, gradient_accumulation_steps=3, **EXACT,
+                            **settings)  # fmt: skip
+    grads = record_gradients(filtered)
+    filtered.train()
+    reference = plain_gradient_on(tmp_path, tiny_tokenizer, ["P2:"], model=path, **settings)
+    assert_same_gradient(grads.steps[0], reference)
+
+
+def second_reward(prompts, completion_ids, **kwargs):
+    """A second objective: completion length, so normalize_then_sum has two functions to z-score."""
+    return [float(len(ids)) for ids in completion_ids]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(scale_rewards="batch"),
+        dict(scale_rewards="none"),
+        dict(multi_objective_aggregation="normalize_then_sum"),
+    ],
+    ids=["scale_batch", "scale_none", "normalize_then_sum"],
+)
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_batch_defined_advantages_use_the_kept_rows(tmp_path, tiny_tokenizer, loss_type, settings):
+    """TRL's batch-level advantage options are defined here on the kept rows: as if the batch held only them."""
+    amplitudes = {"P0:": 0.0, "P1:": 10.0, "P2:": 10.0, "P3:": 1.0}  # rho = 0.9 keeps P1 and P2
+    reward_funcs = [parity_reward_for(amplitudes)]
+    if "multi_objective_aggregation" in settings:
+        reward_funcs.append(second_reward)
+    settings = {**loss_settings(loss_type), **settings}
+    filtered = make_trainer(tmp_path / "snr", tiny_tokenizer, SNRFilteredGRPOTrainer, list(amplitudes),
+                            reward_funcs=reward_funcs, **EXACT, **settings)  # fmt: skip
+    grads = record_gradients(filtered)
+    filtered.train()
+    assert filtered.state.log_history[0]["ragen2/filter/kept_rows"] == 8
+    reference = plain_gradient_on(tmp_path, tiny_tokenizer, ["P1:", "P2:"], reward_funcs=reward_funcs, **settings)
+    assert_same_gradient(grads.steps[0], reference)
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_several_optimizer_steps_per_generation_fill_full_mini_batches(tmp_path, tiny_tokenizer, loss_type):
+    """S = 2 * GA: 12 kept rows fill the first optimizer step (8 rows), the second gets the other 4.
+
+    Each step's gradient equals plain GRPOTrainer's on exactly the rows it trained on (learning rate 0, so both
+    steps see the same weights).
+    """
+    amplitudes = {"P0:": 10.0, "P1:": 10.0, "P2:": 10.0, "P3:": 0.0}  # three equal groups: rho = 0.9 keeps them
+    settings = loss_settings(loss_type, 0.05)
+    filtered = make_trainer(tmp_path / "snr", tiny_tokenizer, SNRFilteredGRPOTrainer, list(amplitudes),
+                            reward_funcs=parity_reward_for(amplitudes), per_device_train_batch_size=4,
+                            gradient_accumulation_steps=2, steps_per_generation=4, max_steps=2,
+                            **{**EXACT, "learning_rate": 0.0}, **settings)  # fmt: skip
+    grads = record_gradients(filtered)
+    rows = record_kept_rows(filtered)
+    filtered.train()
+    assert [sum(len(part["advantages"]) for part in rows[step]) for step in (0, 1)] == [8, 4]
+    plain = make_trainer(tmp_path / "plain", tiny_tokenizer, GRPOTrainer, ["P0:"], **EXACT, **settings)
+    for step in (0, 1):
+        reference = reference_gradient(plain, concat_micro_batches(rows[step]))
+        assert_same_gradient(grads.steps[step], reference)
+
+
+class OptimizerStateRecorder(TrainerCallback):
+    """Copies of the parameters and of every optimizer moment after each optimizer step."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.states = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        optimizer = self.trainer.optimizer.optimizer  # the torch optimizer inside accelerate's wrapper
+        moments = {
+            name: {key: value.clone() for key, value in optimizer.state[p].items()}
+            for name, p in self.trainer.model.named_parameters()
+        }
+        self.states.append((snapshot(self.trainer.model), moments))
+
+
+def test_optimizer_steps_without_a_kept_row_are_true_no_ops(tmp_path, tiny_tokenizer):
+    """AdamW with weight decay: a step whose micro-batches hold no kept row changes no parameter and no moment."""
+    filtered = make_trainer(tmp_path / "snr", tiny_tokenizer, SNRFilteredGRPOTrainer, list(AMPLITUDES),
+                            per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=8,
+                            max_steps=4, optim="adamw_torch", weight_decay=0.1)  # fmt: skip
+    recorder = OptimizerStateRecorder(filtered)
+    filtered.add_callback(recorder)
+    filtered.train()
+    # The 4 kept rows fill the first optimizer step (2 micro-steps x 2 rows); steps 2-4 of the generation are empty.
+    logs = [log for log in filtered.state.log_history if "ragen2/filter/skipped_updates" in log]
+    assert [log["ragen2/filter/skipped_updates"] for log in logs] == [0.0, 1.0, 1.0, 1.0]
+    (params_1, moments_1), *later = recorder.states
+    assert moments_1["model.embed_tokens.weight"], "the first step updated the weights"
+    for params, moments in later:
+        for name in params_1:
+            assert torch.equal(params_1[name], params[name]), name
+            for key, value in moments_1[name].items():
+                assert torch.equal(value, moments[name][key]), f"{name} {key}"
+
+
+def test_an_empty_generation_keeps_the_gradient_of_the_others_in_its_step(tmp_path, tiny_tokenizer):
+    """steps_per_generation < gradient_accumulation_steps: two generations per optimizer step, the second empty.
+
+    Each generation is its share S / GA of the step, as in TRL: the step's gradient is half of plain GRPOTrainer's
+    on the first generation's kept group, not discarded.
+    """
+    rewarded = []  # the prompt whose group earns variance: the first group of the first generation
+
+    def first_generation_only(prompts, completion_ids, **kwargs):
+        if rewarded:
+            return [0.0] * len(prompts)
+        rewarded.append(prompts[0])
+        return rewarded_group(rewarded)(prompts, completion_ids)
+
+    prompts = [f"Q{i}:" for i in range(8)]  # 2 generations of 4 groups
+    filtered = make_trainer(tmp_path / "snr", tiny_tokenizer, SNRFilteredGRPOTrainer, prompts,
+                            reward_funcs=first_generation_only, per_device_train_batch_size=16,
+                            gradient_accumulation_steps=2, steps_per_generation=1, **EXACT)  # fmt: skip
+    grads = record_gradients(filtered)
+    filtered.train()
+    assert [log["ragen2/filter/empty"] for log in filtered.state.log_history[:1]] == [0.5]  # one of two generations
+    reference = plain_gradient_on(tmp_path, tiny_tokenizer, rewarded, reward_funcs=rewarded_group(rewarded))
+    assert_same_gradient(grads.steps[0], {name: 0.5 * g for name, g in reference.items()})
+
+
+def rewarded_group(rewarded):
+    """Parity rewards of amplitude 10 on the group of `rewarded[0]`, 0 elsewhere."""
+
+    def reward(prompts, completion_ids, **kwargs):
+        return [10.0 * (len(ids) % 2) if p == rewarded[0] else 0.0 for p, ids in zip(prompts, completion_ids)]
+
+    return reward
