@@ -68,8 +68,24 @@ def record_kept_rows(trainer) -> dict[int, list[dict[str, torch.Tensor]]]:
 
 
 def concat_micro_batches(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """One batch from micro-batches of one generation (same column widths)."""
-    return {key: torch.cat([part[key] for part in parts], dim=0) for key in parts[0]}
+    """One batch from micro-batches, padded to common widths: prompts on the left, the rest on the right.
+
+    Parts from different processes may differ in width; the padding is masked, and the tiny model's rotary
+    positions make left padding change log-probabilities only by float rounding.
+    """
+    batch = {}
+    for key in parts[0]:
+        tensors = [part[key] for part in parts]
+        if tensors[0].dim() >= 2:
+            width = max(t.size(1) for t in tensors)
+            left = key.startswith("prompt_")
+            padded = []
+            for t in tensors:
+                pad = t.new_zeros((t.size(0), width - t.size(1), *t.shape[2:]))
+                padded.append(torch.cat([pad, t] if left else [t, pad], dim=1))
+            tensors = padded
+        batch[key] = torch.cat(tensors, dim=0)
+    return batch
 
 
 def reference_gradient(plain_trainer, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

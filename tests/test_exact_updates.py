@@ -228,3 +228,84 @@ def rewarded_group(rewarded):
         return [10.0 * (len(ids) % 2) if p == rewarded[0] else 0.0 for p, ids in zip(prompts, completion_ids)]
 
     return reward
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Positions: the loss sees the columns the old and reference log-probabilities were computed on
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def absolute_position_model(tokenizer):
+    """A tiny GPT-2: learned absolute positions, so any shift of a prompt changes its log-probabilities."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0,
+                        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                        bos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    return GPT2LMHeadModel(config)
+
+
+def test_loss_log_probs_match_the_old_log_probs_when_the_longest_prompt_is_filtered(tmp_path, tiny_tokenizer):
+    """S = 2 > GA = 1, learning rate 0: TRL computes old log-probs on the whole batch; the loss must see the same
+    positions (a trim of left padding would shift the kept prompts once the longest prompt's group is gone)."""
+    amplitudes = {"P2:": 10.0, "Q0 is a much longer prompt than the others:": 0.0, "P1:": 0.0, "P3:": 0.0}
+    filtered = make_trainer(tmp_path, tiny_tokenizer, SNRFilteredGRPOTrainer, list(amplitudes),
+                            reward_funcs=parity_reward_for(amplitudes), model=absolute_position_model(tiny_tokenizer),
+                            per_device_train_batch_size=8, steps_per_generation=2, **{**EXACT, "learning_rate": 0.0},
+                            pad_to_multiple_of=8)  # fmt: skip
+    gaps, widths = [], []
+    original = filtered._compute_loss
+
+    def compare(model, inputs):
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        width = inputs["completion_ids"].size(1)
+        with torch.no_grad():
+            logps, _, _ = filtered._get_per_token_logps_and_entropies(model, ids, attention, width)
+        mask = inputs["completion_mask"].bool()
+        gaps.append(float((logps - inputs["old_per_token_logps"])[mask].abs().max()) if mask.any() else 0.0)
+        widths.append((inputs["prompt_ids"].size(1), width))
+        return original(model, inputs)
+
+    filtered._compute_loss = compare
+    filtered.train()
+    assert max(gaps) < 1e-5, gaps
+    # pad_to_multiple_of holds for every micro-batch, placeholders included
+    assert all(prompt % 8 == 0 and completion % 8 == 0 for prompt, completion in widths), widths
+    assert widths[0][0] >= len(tiny_tokenizer("Q0 is a much longer prompt than the others:")["input_ids"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Metrics: TRL's per-row statistics come from the kept rows only
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_trl_metrics_come_from_kept_rows_only(tmp_path, tiny_tokenizer):
+    """4 kept rows over 8 micro-steps: 4 micro-steps hold one kept row, 4 only placeholders.
+
+    TRL averages its per-micro-batch values over the logging window; plain GRPOTrainer with the 4 rows in 4
+    micro-batches of one row logs the same entropy. Placeholder-only micro-steps add nothing (not 0).
+    """
+    layout = dict(LAYOUTS["placeholders"])
+    prompts = layout.pop("prompts")
+    filtered = make_trainer(tmp_path / "snr", tiny_tokenizer, SNRFilteredGRPOTrainer, prompts, **EXACT, **layout)
+    filtered.train()
+    plain = make_trainer(tmp_path / "plain", tiny_tokenizer, GRPOTrainer, ["P2:"], per_device_train_batch_size=1,
+                         gradient_accumulation_steps=4, **EXACT)  # fmt: skip
+    plain.train()
+    snr_log, plain_log = filtered.state.log_history[0], plain.state.log_history[0]
+    assert snr_log["entropy"] == pytest.approx(plain_log["entropy"], rel=1e-5)
+    assert snr_log["clip_ratio/region_mean"] == plain_log["clip_ratio/region_mean"] == 0.0  # on-policy
+
+
+def test_an_empty_generation_logs_no_trl_row_metrics(tmp_path, tiny_tokenizer):
+    flat = dict.fromkeys(AMPLITUDES, 0.0)
+    filtered = make_trainer(tmp_path, tiny_tokenizer, SNRFilteredGRPOTrainer, list(AMPLITUDES),
+                            reward_funcs=parity_reward_for(flat), entropy_coef=0.05, **EXACT)  # fmt: skip
+    filtered.train()
+    log = filtered.state.log_history[0]
+    assert log["ragen2/filter/empty"] == 1.0 and log["ragen2/filter/skipped_updates"] == 1.0
+    for key in ("entropy", "clip_ratio/region_mean", "clip_ratio/low_min", "policy_loss"):
+        assert key not in log, key
