@@ -225,7 +225,9 @@ def rewarded_group(rewarded):
     """Parity rewards of amplitude 10 on the group of `rewarded[0]`, 0 elsewhere."""
 
     def reward(prompts, completion_ids, **kwargs):
-        return [10.0 * (len(ids) % 2) if p == rewarded[0] else 0.0 for p, ids in zip(prompts, completion_ids)]
+        return [
+            10.0 * (len(ids) % 2) if p == rewarded[0] else 0.0 for p, ids in zip(prompts, completion_ids, strict=True)
+        ]
 
     return reward
 

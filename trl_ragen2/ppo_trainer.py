@@ -27,8 +27,11 @@ import logging
 import os
 
 import torch
+from accelerate.utils import gather_object
 from transformers import get_scheduler
+from transformers.optimization import GreedyLR
 from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import disable_dropout_in_model
 
 from .critic import (
     CRITIC_DIR,
@@ -125,7 +128,7 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
             )
         critic = self._prepare_critic_module(critic, critic_peft_config)
         self.critic = self.accelerator.prepare_model(critic)  # DDP-wrapped when distributed
-        self.critic_optimizer = self.accelerator.prepare_optimizer(self._create_critic_optimizer(critic))
+        self._prepare_critic_optimizer(self._create_critic_optimizer(critic))
         self.critic_lr_scheduler = None  # created with the policy's scheduler, when the step count is known
         self._micro_batch: dict | None = None
         self.model_card_details["Advantage estimator"] = (
@@ -164,6 +167,8 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
             critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             if critic_peft_config is not None:
                 critic.enable_input_require_grads()
+        if self.args.disable_dropout:
+            disable_dropout_in_model(critic)  # as TRL does for the policy
         return critic.train()
 
     def _create_critic_optimizer(self, critic) -> torch.optim.Optimizer:
@@ -176,6 +181,20 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         ]
         optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, critic)
         return optimizer_cls(groups, **{**optimizer_kwargs, "lr": self.args.critic_learning_rate})
+
+    def _prepare_critic_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Wrap the critic's optimizer with accelerate; under fp16, with a gradient scaler of its own.
+
+        Sharing the policy's scaler would update it twice per step, and fail on steps where only one of the two
+        models has gradients. The critic's scaler has the policy's settings and its own state.
+        """
+        policy_scaler = self.accelerator.scaler
+        self.critic_scaler = copy.deepcopy(policy_scaler) if policy_scaler is not None else None
+        self.accelerator.scaler = self.critic_scaler  # prepare_optimizer attaches accelerator.scaler
+        try:
+            self.critic_optimizer = self.accelerator.prepare_optimizer(optimizer)
+        finally:
+            self.accelerator.scaler = policy_scaler
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         """Also creates the critic's scheduler, of the policy's type and warm-up, now that the step count is known."""
@@ -241,6 +260,26 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         batch["old_values"] = values
         batch["rollout_scored"] = scored  # (B,) the critic loss mask is completion_mask * tool_mask * this
         self._log_rollout_metrics(mode, mask, values, targets, raw_advantages)
+        self._show_gae_advantages(
+            advantages, mask, rows, start, total_rows=len(inputs) * self.accelerator.num_processes
+        )
+
+    def _show_gae_advantages(self, advantages, mask, rows: list[int], start: int, total_rows: int) -> None:
+        """The completions table shows each row's mean GAE advantage over its model tokens (what the loss used);
+        NaN marks the rows the filter dropped."""
+        placeholder_only = (
+            self.model.training and self.args.reward_variance_filtering is not None and not self._local_kept_rows
+        )
+        real = 0 if placeholder_only else len(rows)
+        row_means = ((advantages * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0))[:real].tolist()
+        shown = gather_object([(start + row, value) for row, value in zip(rows[:real], row_means, strict=True)])
+        table = [float("nan")] * total_rows
+        for row, value in shown:
+            table[row] = value
+        history = list(self._logs["advantages"])
+        history[-total_rows:] = table
+        self._logs["advantages"].clear()
+        self._logs["advantages"].extend(history)
 
     def _rollout_values(self, batch: dict, mode: str) -> torch.Tensor:
         critic = self.unwrapped_critic  # not the DDP wrapper: processes run different numbers of chunks here
@@ -325,38 +364,73 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
             per_token_loss, clipped = clipped_value_loss(
                 values, batch["old_values"], batch["returns"], mask, args.cliprange_value
             )
-            # Token mean over the whole generation batch, the dapo normaliser: after the DDP mean and the sum over
-            # micro-steps this is (sum of token losses) / (number of model tokens), whatever the split.
-            normalizer = batch["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-            normalizer = normalizer * self.current_gradient_accumulation_steps / args.steps_per_generation
-            loss = args.vf_coef * per_token_loss.sum() / normalizer
-            self.accelerator.backward(loss)
+            loss = args.vf_coef * per_token_loss.sum() / self._critic_normaliser(batch)
+            self._critic_backward(loss)
 
-        metrics = self._metrics["train"]
-        totals = self._reduce(torch.stack([per_token_loss.detach().sum(), clipped.sum(), mask.sum()]).double())
-        tokens = max(float(totals[2]), 1.0)
-        metrics["ragen2/ppo/value_loss"].append(float(totals[0]) / tokens)
-        metrics["ragen2/ppo/value_clipfrac"].append(float(totals[1]) / tokens)
+        step = self._micro_step
+        if step is None or step.global_real_rows:  # a micro-step without kept rows logs no value statistics
+            metrics = self._metrics["train"]
+            totals = self._reduce(torch.stack([per_token_loss.detach().sum(), clipped.sum(), mask.sum()]).double())
+            tokens = max(float(totals[2]), 1.0)
+            metrics["ragen2/ppo/value_loss"].append(float(totals[0]) / tokens)
+            metrics["ragen2/ppo/value_clipfrac"].append(float(totals[1]) / tokens)
         if boundary:
             self._critic_optimizer_step()
 
+    def _critic_normaliser(self, batch: dict) -> float:
+        """Divisor of the micro-batch's summed value loss: after the DDP mean and the sum over micro-steps, the
+        critic loss is the token mean over the optimizer step's kept rows (see `trl_ragen2.micro_steps`)."""
+        step = self._micro_step
+        if step is not None:  # filtered: the unit's own token count, weighted by the unit's share of the step
+            if not step.unit_tokens:
+                return float("inf")  # no kept token in this unit: a zero loss
+            return step.unit_tokens / (step.unit_weight * self.accelerator.num_processes)
+        # Unfiltered: TRL's dapo normaliser, the generation's token count per optimizer step and process.
+        normaliser = batch["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        return float(normaliser * self.current_gradient_accumulation_steps / self.args.steps_per_generation)
+
+    def _critic_backward(self, loss: torch.Tensor) -> None:
+        """Backward of the critic loss, scaled by the critic's own gradient scaler under fp16."""
+        if self.critic_scaler is not None:
+            self.critic_scaler.scale(loss).backward()
+        else:
+            self.accelerator.backward(loss)
+
     def _critic_optimizer_step(self) -> None:
+        metrics = self._metrics["train"]
+        if self.args.reward_variance_filtering is not None and not self._step_has_kept_rows:
+            # No kept row in this optimizer step: nothing is stepped (no update, no weight decay, no moment or
+            # scaler change), like the policy's empty steps; the schedule still advances with the policy's.
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            self._step_critic_scheduler()
+            return
         parameters = [p for p in self.critic.parameters() if p.requires_grad]
         grad_norm = 0.0
-        if self._generation_is_empty:
-            # The filter kept nothing: drop the (zero) gradients so the optimizer skips every parameter, as the
-            # policy's empty-step guard does. No update, no weight decay, no moment change.
-            for param in parameters:
-                param.grad = None
-        elif self.args.max_grad_norm is not None and self.args.max_grad_norm > 0:
-            self.accelerator.unscale_gradients(optimizer=self.critic_optimizer)
+        if self.args.max_grad_norm is not None and self.args.max_grad_norm > 0:
+            if self.critic_scaler is not None:
+                self.critic_scaler.unscale_(self.critic_optimizer.optimizer)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, self.args.max_grad_norm))
-        self._metrics["train"]["ragen2/ppo/critic_learning_rate"].append(self.critic_optimizer.param_groups[0]["lr"])
-        self.critic_optimizer.step()
-        if self.critic_lr_scheduler is not None:
-            self.critic_lr_scheduler.step()
+        metrics["ragen2/ppo/critic_learning_rate"].append(self.critic_optimizer.param_groups[0]["lr"])
+        self.critic_optimizer.step()  # with fp16, the critic's scaler steps and updates here
+        self._step_critic_scheduler()
         self.critic_optimizer.zero_grad(set_to_none=True)
-        self._metrics["train"]["ragen2/ppo/critic_grad_norm"].append(grad_norm)
+        metrics["ragen2/ppo/critic_grad_norm"].append(grad_norm)
+
+    def _step_critic_scheduler(self) -> None:
+        # Metric-based schedules (ReduceLROnPlateau) step after evaluation instead, with the policy's metric.
+        if self.critic_lr_scheduler is not None and not self._critic_scheduler_needs_metric():
+            self.critic_lr_scheduler.step()
+
+    def _critic_scheduler_needs_metric(self) -> bool:
+        return isinstance(self.critic_lr_scheduler, (torch.optim.lr_scheduler.ReduceLROnPlateau, GreedyLR))
+
+    def _evaluate(self, trial, ignore_keys_for_eval, skip_scheduler=False):
+        """Also steps a metric-based critic schedule with the metric the policy's schedule steps on."""
+        metrics = super()._evaluate(trial, ignore_keys_for_eval, skip_scheduler=skip_scheduler)
+        if self._critic_scheduler_needs_metric() and not skip_scheduler:
+            key = self.args.metric_for_best_model
+            self.critic_lr_scheduler.step(metrics[key if key.startswith("eval_") else f"eval_{key}"])
+        return metrics
 
     def _compute_loss(self, model, inputs):
         if not self.args.kl_in_reward:
