@@ -311,3 +311,70 @@ def test_an_empty_generation_logs_no_trl_row_metrics(tmp_path, tiny_tokenizer):
     assert log["ragen2/filter/empty"] == 1.0 and log["ragen2/filter/skipped_updates"] == 1.0
     for key in ("entropy", "clip_ratio/region_mean", "clip_ratio/low_min", "policy_loss"):
         assert key not in log, key
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scoring passes skip the rows the filter drops, when the rollout already returned the rewards
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def scripted_rollout(amplitudes):
+    """A rollout_func returning script_generation's completions and each row's parity reward as a field."""
+
+    def rollout(prompts, trainer):
+        tokenizer = trainer.processing_class
+        token, seen = tokenizer.encode("x")[0], {}
+        prompt_ids, completion_ids, scores = [], [], []
+        for prompt in prompts:
+            copy_index = seen.get(prompt, 0) % trainer.num_generations
+            seen[prompt] = seen.get(prompt, 0) + 1
+            prompt_ids.append(tokenizer(prompt)["input_ids"])
+            completion_ids.append([token] * (copy_index + 1) + [tokenizer.eos_token_id])
+            scores.append(amplitudes[prompt] * ((copy_index + 2) % 2))
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None, "score": scores}
+
+    return rollout
+
+
+def score_reward(completions, score, **kwargs):
+    return [float(value) for value in score]
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["rollout_field", "reward_function"])
+def test_reference_pass_scores_only_the_kept_rows(tmp_path, tiny_tokenizer, declared):
+    reward = lambda completions, score, **kwargs: score_reward(completions, score)  # noqa: E731
+    if declared:
+        reward.rollout_field = "score"
+    reward.__name__ = "score_reward"
+    path = tiny_model_path(cache_dir=tmp_path / "models")
+    trainer = SNRFilteredGRPOTrainer(
+        model=path,
+        reward_funcs=reward,
+        args=tiny_trainer_args(tmp_path, SNRFilteredGRPOConfig, beta=0.1, mi_diagnostics=False, **EXACT),
+        train_dataset=dataset(AMPLITUDES),
+        processing_class=tiny_tokenizer,
+        rollout_func=scripted_rollout(AMPLITUDES),
+    )
+    grads = record_gradients(trainer)
+    trainer.train()
+    skipped = trainer.state.log_history[0]["ragen2/filter/scoring_rows_skipped"]
+    assert skipped == (12 if declared else 0)  # the reference pass ran on the 4 kept rows out of 16
+    reference = plain_gradient_on(tmp_path, tiny_tokenizer, ["P2:"], model=path, beta=0.1)
+    assert_same_gradient(grads.steps[0], reference)
+
+
+def test_a_rollout_field_that_disagrees_with_the_reward_is_an_error(tmp_path, tiny_tokenizer):
+    def liar(completions, score, **kwargs):
+        return [100.0 * value if value == 1.0 else value for value in score]  # P3's group now wins
+
+    liar.rollout_field = "score"
+    trainer = SNRFilteredGRPOTrainer(
+        model=tiny_model_path(cache_dir=tmp_path / "models"),
+        reward_funcs=liar,
+        args=tiny_trainer_args(tmp_path, SNRFilteredGRPOConfig, beta=0.1, mi_diagnostics=False),
+        train_dataset=dataset(AMPLITUDES),
+        processing_class=tiny_tokenizer,
+        rollout_func=scripted_rollout({"P0:": 0.0, "P1:": 0.0, "P2:": 10.0, "P3:": 1.0}),
+    )
+    with pytest.raises(RuntimeError, match="liar.*rollout_field"):
+        trainer.train()

@@ -37,6 +37,11 @@ def env_return(completions, ragen2_return, **kwargs) -> list[float]:
     return [float(value) for value in ragen2_return]
 
 
+# The SNR trainers read this reward straight from the rollout's output, so they know the selection before TRL's
+# old-log-prob, reference and importance-sampling passes and skip those passes on the rows the filter drops.
+env_return.rollout_field = "ragen2_return"
+
+
 def aggregate_env_metrics(stats: Iterable[tuple[str, dict[str, float]]]) -> dict[str, float]:
     """Per-environment metrics from `(env name, Episode.stats())` pairs, keyed `<env>/<metric>`.
 

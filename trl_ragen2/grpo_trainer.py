@@ -1,13 +1,18 @@
 """`SNRFilteredGRPOTrainer`: TRL's `GRPOTrainer` that updates only on the prompt groups with the most reward variance.
 
-RAGEN-2 (arXiv 2604.06268) §3.3. The trainer is thin: it wires the pure functions of `trl_ragen2.filtering` into
-GRPOTrainer at these override points, each calling `super()`:
+RAGEN-2 (arXiv 2604.06268) §3.3. The trainer is thin: it wires the pure functions of `trl_ragen2.filtering`,
+`trl_ragen2.micro_steps` and `trl_ragen2.advantages` into GRPOTrainer at these override points, each calling
+`super()`:
 
+- `_generate`: when the rollout returned the rewards (`rollout_field`), selects the groups before TRL's scoring
+  passes; `_get_per_token_logps_and_entropies` then scores only the kept rows in those passes (and, in the loss,
+  hands the entropies to the normalisation below);
 - `_calculate_rewards`: keeps the gathered (global) raw rewards, identical on every process;
 - `_generate_and_score_completions`: selects groups from those rewards and drops the other rows;
-- `_prepare_inputs`: re-splits the filtered batch into micro-batches unevenly instead of dropping rows;
-- `_compute_loss`: optional loss scaling by the kept fraction;
-- `_save_checkpoint` / `_load_optimizer_and_scheduler`: the empty-step counter and the MI EMA survive resume.
+- `_prepare_inputs`: lays the kept rows out over the micro-steps (full mini-batches, fewer updates);
+- `_compute_loss`: renormalises TRL's micro-batch loss so each optimizer step is plain GRPOTrainer's step on its
+  kept rows, and keeps TRL's per-row metrics to the kept rows;
+- `_save_checkpoint` / `_load_optimizer_and_scheduler`: the filter counters and the MI EMA survive resume.
 
 The MI diagnostics (`trl_ragen2.diagnostics`) run on the pre-filter batch, between generation and filtering.
 """
@@ -19,16 +24,16 @@ import logging
 import math
 import os
 import textwrap
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
-from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict
 
 from .advantages import batch_dependent, kept_row_advantages
 from .batch_utils import (
+    MULTIMODAL_KEYS,
     loss_token_count,
     micro_batches,
     num_rows,
@@ -38,14 +43,13 @@ from .batch_utils import (
     zero_loss_rows,
 )
 from .diagnostics import MIDiagnostics
+from .empty_steps import FILTER_STATE_FILE, EmptyStepGuard, FilterState
 from .filtering import filter_stats, group_reward_scores, select_groups
 from .grpo_config import SNRFilteredGRPOConfig
 from .micro_steps import MicroStep, chunk_windows, correct_trl_metrics, fill_chunks, loss_factors, plan_micro_steps
 
 
 logger = logging.getLogger(__name__)
-
-FILTER_STATE_FILE = "ragen2_filter_state.json"
 
 RAGEN2_PAPER = {
     "title": "RAGEN-2: Reasoning Collapse in Agentic RL",
@@ -61,88 +65,21 @@ RAGEN2_PAPER = {
 }
 
 
-@dataclass
-class FilterState:
-    """Counters of the SNR filter, saved with every checkpoint."""
-
-    empty_steps: int = 0  # generation steps in which no group was kept, in total
-    consecutive_empty_steps: int = 0
-    filtered_steps: int = 0  # generation steps the filter has seen
-
-
-class _EmptyStepGuard(TrainerCallback):
-    """Makes an optimizer step without a kept row a true no-op, and stops training after too many empty steps.
-
-    An optimizer step none of whose micro-steps holds a kept row (on any process) would still let the optimizer
-    move every weight (weight decay, moment updates). Its `optimizer.step()` call is skipped: no parameter,
-    optimizer-state or gradient-scaler change. The learning-rate schedule still advances (it counts optimizer
-    steps of training, not updates).
-    """
-
-    def __init__(self, trainer: SNRFilteredGRPOTrainer):
-        self.trainer = trainer
-        self.stop_reported = False
-        self.skipped_optimizer = None
-        self.saved_step = None
-
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        trainer = self.trainer
-        if trainer.args.reward_variance_filtering is not None and not trainer._step_has_kept_rows:
-            optimizer = trainer.optimizer
-            # Shadow step() for this one call. The LR scheduler may have wrapped it in an instance attribute
-            # already: keep whatever is there to put it back.
-            self.saved_step = optimizer.__dict__.get("step")
-            optimizer.step = _skipped_step
-            self.skipped_optimizer = optimizer
-            trainer._metrics["train"]["ragen2/filter/skipped_updates"].append(1.0)
-        elif trainer.args.reward_variance_filtering is not None:
-            trainer._metrics["train"]["ragen2/filter/skipped_updates"].append(0.0)
-
-    def on_optimizer_step(self, args, state, control, **kwargs):
-        if self.skipped_optimizer is not None:
-            if self.saved_step is None:
-                del self.skipped_optimizer.step  # the class's step() again
-            else:
-                self.skipped_optimizer.step = self.saved_step
-            self.skipped_optimizer = self.saved_step = None
-        self.trainer._step_has_kept_rows = False  # the next optimizer step starts
-
-    def on_step_end(self, args, state, control, **kwargs):
-        patience = self.trainer.args.reward_variance_empty_patience
-        consecutive = self.trainer.filter_state.consecutive_empty_steps
-        if patience and consecutive >= patience:
-            control.should_training_stop = True
-            if not self.stop_reported:
-                self.stop_reported = True
-                logger.warning(
-                    "SNR filter kept no prompt group for %d consecutive steps: every group's rollouts earned the same "
-                    "reward, so there is no learning signal left and training stops at step %d. To continue, give "
-                    "the filter variance to work with: raise num_generations, sample at a higher temperature, use a "
-                    "denser reward, set reward_variance_include_zero=True with reward_variance_top_p_mode='softmax', "
-                    "or set reward_variance_empty_patience=0 to never stop.",
-                    consecutive,
-                    state.global_step,
-                )
-        return control
-
-
-def _skipped_step(*args, **kwargs):
-    return None
-
-
 class SNRFilteredGRPOTrainer(GRPOTrainer):
     """GRPO with RAGEN-2 SNR-aware filtering (arXiv 2604.06268).
 
     Before each policy update, prompt groups are scored by the variance of their rollouts' raw rewards (the weighted
     sum of the reward functions, before any normalisation), computed on the whole generation batch gathered across
     processes, so every process makes the same selection even when a group spans two processes. Only the kept
-    groups' rows stay in the batch: no forward or backward pass is spent on the others, and the token normaliser
-    is recomputed so the loss (for the default `loss_type="dapo"`) equals the loss GRPOTrainer would compute on a
-    batch holding only the kept groups. Micro-batches are split unevenly rather than dropping rows.
+    groups' rows stay in the batch: no forward or backward pass of the loss is spent on the others. The kept rows
+    fill the generation's optimizer steps in order, each up to its usual mini-batch (RAGEN's choice: full
+    mini-batches, fewer updates), and each optimizer step's gradient equals plain GRPOTrainer's gradient on a batch
+    holding only that step's kept rows, for every TRL loss type, with or without the entropy bonus and the KL term,
+    whatever the split over micro-batches and processes (see `docs/method.md`, "Exactness").
 
-    When no group is kept, the step changes no parameter and is counted; after
-    `reward_variance_empty_patience` consecutive empty steps training stops with a message. Evaluation is never
-    filtered, and `reward_variance_filtering=None` behaves exactly like `GRPOTrainer`.
+    An optimizer step left without a kept row changes no parameter and no optimizer state; after
+    `reward_variance_empty_patience` consecutive empty generations training stops with a message. Evaluation is
+    never filtered, and `reward_variance_filtering=None` behaves exactly like `GRPOTrainer`.
 
     Metrics are logged under `ragen2/filter/...`.
 
@@ -184,18 +121,54 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self._step_has_kept_rows = False  # whether the current optimizer step has trained on a kept row yet
         self._capture_loss_forward = False
         self._loss_forward = None
+        self._early_keep: torch.Tensor | None = None  # (B,) selection known before TRL's scoring passes
+        self._early_keep_used: torch.Tensor | None = None
+        self._scoring_rows_skipped = 0
         self._generation_is_empty = False
         self._loss_scale = 1.0
         # Extra lines for the model card, e.g. {"Catalogue": "webshop-small-1k"}; recipes fill it.
         self.model_card_details: dict[str, str] = {}
-        self.add_callback(_EmptyStepGuard(self))
+        self.add_callback(EmptyStepGuard(self))
         self.mi_diagnostics = MIDiagnostics(args.mi_diagnostics_config()) if args.mi_diagnostics else None
 
     # ----------------------------------------------------------------------------------------------------------
     # Rewards and selection
     # ----------------------------------------------------------------------------------------------------------
 
+    def _generate(self, prompts):
+        result = super()._generate(prompts)
+        self._early_keep = None
+        if self.model.training and self.args.reward_variance_filtering is not None and self._scoring_passes_run():
+            self._early_keep = self._selection_from_rollout(result[5], len(prompts))  # result[5]: extra fields
+        return result
+
+    def _scoring_passes_run(self) -> bool:
+        """Whether TRL runs old-log-prob, importance-sampling or reference passes over the generation batch."""
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        old_logps = self.args.gradient_accumulation_steps % generate_every != 0
+        return old_logps or (self.use_vllm and self.vllm_importance_sampling_correction) or self.beta != 0.0
+
+    def _selection_from_rollout(self, extra_fields: dict | None, local_rows: int) -> torch.Tensor | None:
+        """The filter's selection (B,) before TRL's scoring passes, when the rollout already returned the rewards.
+
+        Possible when every reward function names, as its `rollout_field` attribute, the `rollout_func` output
+        field holding its reward (as `env_return` does). `None` otherwise.
+        """
+        fields = [getattr(func, "rollout_field", None) for func in self.reward_funcs]
+        if not extra_fields or any(field is None or field not in extra_fields for field in fields):
+            return None
+        device = self.accelerator.device
+        values = [[float("nan") if v is None else float(v) for v in extra_fields[field]] for field in fields]
+        local = torch.tensor(values, dtype=torch.float32, device=device).T  # (B, num_funcs)
+        per_func = self.accelerator.gather(local)  # (N_global, num_funcs), as TRL gathers the rewards
+        rewards = (per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+        keep_rows = self.select_groups_from_rewards(rewards).repeat_interleave(self.num_generations)
+        start = self.accelerator.process_index * local_rows
+        return keep_rows[start : start + local_rows].to(device)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        self._early_keep_used, self._early_keep = self._early_keep, None  # TRL's scoring passes are over
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._global_rewards_per_func = rewards_per_func  # (N_global, num_funcs), the same on every process
         return rewards_per_func
@@ -248,6 +221,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         start = self.accelerator.process_index * local_rows
         device = batch["completion_ids"].device
         local_keep = keep_rows[start : start + local_rows].to(device)  # (B,)
+        self._check_early_selection(local_keep)
 
         used_advantages = self._kept_advantages(keep_rows)  # (N_global,), NaN on filtered rows
         if batch_dependent(self.scale_rewards, self.multi_objective_aggregation):
@@ -273,6 +247,18 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
 
         self._filtered_batch = filtered
         return filtered
+
+    def _check_early_selection(self, local_keep: torch.Tensor) -> None:
+        early, self._early_keep_used = self._early_keep_used, None
+        self._metrics["train"]["ragen2/filter/scoring_rows_skipped"].append(float(self._scoring_rows_skipped))
+        self._scoring_rows_skipped = 0
+        if early is not None and bool((local_keep & ~early).any()):
+            names = [getattr(func, "__name__", repr(func)) for func in self.reward_funcs]
+            raise RuntimeError(
+                f"the reward functions {names} declare a `rollout_field`, but the rewards they returned select "
+                "other groups than the rollout's fields did, so some kept rows were never scored; make each "
+                "function return exactly float(row[rollout_field]), or remove its rollout_field attribute"
+            )
 
     def _kept_advantages(self, keep_rows: torch.Tensor) -> torch.Tensor:
         """The advantage the loss uses for each row of the generation batch (N_global,); NaN for filtered rows.
@@ -362,8 +348,25 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         aligned = [plan[i].rows for i in range(steps)]
         return micro_batches(shuffled, sizes, aligned, self.pad_to_multiple_of), plan
 
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        keep = self._early_keep
+        multimodal = any(
+            kwargs.get(key) is not None for key in (*MULTIMODAL_KEYS, "token_type_ids", "mm_token_type_ids")
+        )
+        if keep is not None and not multimodal and keep.numel() == input_ids.size(0) and not keep.all():
+            # A scoring pass over the generation batch whose selection is already known: score the kept rows only.
+            # The others get NaN, which TRL's importance-sampling step turns into a ratio of 1; they are dropped.
+            index = keep.nonzero().squeeze(1)
+            logps = torch.full((input_ids.size(0), logits_to_keep), float("nan"), device=input_ids.device)
+            if index.numel():
+                kept, _, _ = super()._get_per_token_logps_and_entropies(
+                    model, input_ids[index], attention_mask[index], logits_to_keep, **kwargs
+                )
+                logps = logps.to(kept.dtype)
+                logps[index] = kept
+            self._scoring_rows_skipped += int((~keep).sum())
+            return logps, None, None
+        result = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **kwargs)
         if self._capture_loss_forward:
             self._loss_forward = result  # (logps (B, T), entropies (B, T) or None, aux loss or None)
         return result
