@@ -42,6 +42,8 @@ class EmptyStepGuard(TrainerCallback):
         self.stop_reported = False
         self.skipped_optimizer = None
         self.saved_step = None
+        self.skipped_engine_optimizer = None
+        self.saved_engine_step = None
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         trainer = self.trainer
@@ -56,7 +58,29 @@ class EmptyStepGuard(TrainerCallback):
         elif trainer.args.reward_variance_filtering is not None:
             trainer._metrics["train"]["ragen2/filter/skipped_updates"].append(0.0)
 
+    def before_boundary_backward(self) -> None:
+        """Under DeepSpeed the optimizer steps inside the last micro-step's backward: skip it there.
+
+        Only the engine's inner optimizer step is skipped; the engine still zeroes the gradients, advances its
+        counters and a schedule it manages, as on any step.
+        """
+        trainer = self.trainer
+        if not (trainer.is_deepspeed_enabled and trainer.accelerator.sync_gradients):
+            return
+        if trainer.args.reward_variance_filtering is None or trainer._step_has_kept_rows:
+            return
+        inner = trainer.accelerator.deepspeed_engine_wrapped.engine.optimizer
+        self.saved_engine_step = inner.__dict__.get("step")
+        inner.step = _skipped_step
+        self.skipped_engine_optimizer = inner
+
     def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.skipped_engine_optimizer is not None:
+            if self.saved_engine_step is None:
+                del self.skipped_engine_optimizer.step
+            else:
+                self.skipped_engine_optimizer.step = self.saved_engine_step
+            self.skipped_engine_optimizer = self.saved_engine_step = None
         if self.skipped_optimizer is not None:
             if self.saved_step is None:
                 del self.skipped_optimizer.step  # the class's step() again

@@ -128,7 +128,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self._loss_scale = 1.0
         # Extra lines for the model card, e.g. {"Catalogue": "webshop-small-1k"}; recipes fill it.
         self.model_card_details: dict[str, str] = {}
-        self.add_callback(EmptyStepGuard(self))
+        self.empty_step_guard = EmptyStepGuard(self)
+        self.add_callback(self.empty_step_guard)
         self.mi_diagnostics = MIDiagnostics(args.mi_diagnostics_config()) if args.mi_diagnostics else None
 
     # ----------------------------------------------------------------------------------------------------------
@@ -325,6 +326,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         cycle = len(self._micro_step_plan)
         self._micro_step = self._micro_step_plan[self._step % cycle]
         self._step_has_kept_rows |= self._micro_step.unit_rows > 0
+        self.empty_step_guard.before_boundary_backward()
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     def _lay_out(self, batch: dict) -> tuple[list[dict], list[MicroStep]]:
