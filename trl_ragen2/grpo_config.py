@@ -23,8 +23,9 @@ class SNRFilterArguments:
     RAGEN-2 SNR-aware filtering (arXiv 2604.06268, §3.3), shared by the GRPO and PPO variants.
 
     Before each policy update the prompt groups are ranked by their within-prompt reward variance, and only the
-    top groups are trained on; the rows of the other groups are dropped from the batch, so they cost no forward or
-    backward pass.
+    top groups are trained on; the rows of the other groups are dropped from the batch, so the loss spends no
+    forward or backward pass on them (TRL's scoring passes skip them too when the rewards come from rollout
+    fields; see `docs/method.md`).
 
     Parameters:
         reward_variance_filtering (`str` or `None`, *optional*, defaults to `"top_p"`):

@@ -251,7 +251,9 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
 
     def _check_early_selection(self, local_keep: torch.Tensor) -> None:
         early, self._early_keep_used = self._early_keep_used, None
-        self._metrics["train"]["ragen2/filter/scoring_rows_skipped"].append(float(self._scoring_rows_skipped))
+        skipped = torch.tensor(float(self._scoring_rows_skipped), device=self.accelerator.device)
+        skipped = self.accelerator.reduce(skipped, reduction="sum").item()  # over all processes
+        self._metrics["train"]["ragen2/filter/scoring_rows_skipped"].append(skipped)
         self._scoring_rows_skipped = 0
         if early is not None and bool((local_keep & ~early).any()):
             names = [getattr(func, "__name__", repr(func)) for func in self.reward_funcs]
