@@ -152,6 +152,21 @@ def test_import_from_a_webshop_checkout_records_the_checks(tmp_path, published, 
     assert load_shop(data_dir=str(tmp_path / "out"), cache_dir=False).name == "webshop-small-1k"
 
 
+def test_import_links_large_files_instead_of_copying_them(tmp_path, monkeypatch, originals):
+    from trl_ragen2_envs.webshop import prepare as prepare_module
+
+    contents, nouns = originals
+    source = tmp_path / "src"
+    source.mkdir()
+    for name, data in contents.items():
+        (source / name).write_bytes(data)
+    monkeypatch.setattr(prepare_module, "LINK_ABOVE_BYTES", 10_000)  # as a 5 GB file would be
+    prepare_webshop_data("small", tmp_path / "out", source_dir=source, tagger=stub_tagger(nouns))
+    products, attributes = tmp_path / "out" / "items_shuffle_1000.json", tmp_path / "out" / "items_ins_v2_1000.json"
+    assert products.stat().st_size > 10_000 and products.samefile(source / products.name)  # one file, two names
+    assert attributes.stat().st_size < 10_000 and not attributes.samefile(source / attributes.name)  # a copy
+
+
 def test_import_names_the_missing_files(tmp_path):
     (tmp_path / "src").mkdir()
     with pytest.raises(FileNotFoundError, match=r"lacks \['items_shuffle.json', 'items_ins_v2.json'\]"):

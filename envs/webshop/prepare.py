@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cache import cache_root
+from .data import SMALL_DOCS_FILE
 from .download import (
     DATASET_FILES,
     PUBLISHED_FILES,
@@ -54,7 +55,6 @@ from .products import PLACEHOLDER_ATTRIBUTE, is_valid_asin, normalize_option_val
 
 DATA_FOLDER = "webshop-data"
 SOURCES_FILE = "sources.json"
-SMALL_DOCS_FILE = "webshop_small_1k_docs.jsonl.gz"  # the name data.py looks for
 LINK_ABOVE_BYTES = 1 << 30
 # raw keys WebShop's loader drops before use (engine.clean_product_keys)
 DROPPED_RAW_KEYS = (
@@ -221,11 +221,14 @@ def _link_or_copy(source: Path, target: Path) -> None:
         return
     tmp = target.with_name(target.name + ".tmp")
     tmp.unlink(missing_ok=True)
-    try:
-        if source.stat().st_size < LINK_ABOVE_BYTES:
-            raise OSError("small file: copied")
-        os.link(source, tmp)
-    except OSError:
+    linked = False
+    if source.stat().st_size >= LINK_ABOVE_BYTES:
+        try:
+            os.link(source, tmp)
+            linked = True
+        except OSError:  # another file system, or no hard links: copy
+            pass
+    if not linked:
         shutil.copyfile(source, tmp)
     tmp.replace(target)
 
