@@ -1,14 +1,14 @@
 """WebShop speed: search latency (1k and 100k products), environment steps without search, and reward time.
 
 ```bash
-python benchmarks/webshop.py                                   # 1k: ../shared/data/webshop if present
+python benchmarks/webshop.py                                   # 1k: $WEBSHOP_DATA_DIR, else trl-ragen2 data webshop small
 python benchmarks/webshop.py --data-dir /path/to/webshop/data --large-products 100000 --steps 20000
 ```
 
 Sections:
 - **baseline**: one dict lookup per loop iteration (the cheapest "find a product" there is), measured in this run;
   every latency is also printed as a multiple of it.
-- **search 1k**: BM25 top-50 latency over the 1k catalogue (the shared RAGEN catalogue when present, else the
+- **search 1k**: BM25 top-50 latency over the 1k catalogue (RAGEN's catalogue when configured, else the
   procedural one), for queries made from goal instructions and product queries; p50 and p99.
 - **search 100k**: the same over a 100k-product procedural catalogue (generation and index build times are
   printed too; the index is built in a temporary cache folder, so the build is measured, not a cache hit), and
@@ -30,17 +30,16 @@ import re
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
 from trl_ragen2_envs.webshop import WebShopEnv
 from trl_ragen2_envs.webshop.data import DATA_DIR_ENV_VAR, ShopConfig, build_shop
+from trl_ragen2_envs.webshop.prepare import prepared_data_dir
 
 
 SEARCH_P50_TARGET_MS = {"1k": 2.0, "100k": 25.0}
 STEPS_PER_SECOND_TARGET = 2_000.0
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "webshop"
 _PRICE_CLAUSE = re.compile(r",? and price lower than .*$")
 
 
@@ -165,16 +164,17 @@ def bench_reward(shop, count: int, baseline_ns: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir", default=None, help=f"1k data folder (default: shared data, ${DATA_DIR_ENV_VAR})")
+    parser.add_argument(
+        "--data-dir", default=None, help=f"1k data folder (default: ${DATA_DIR_ENV_VAR}, else the prepared small set)"
+    )
     parser.add_argument("--large-products", type=int, default=100_000, help="size of the large procedural catalogue")
     parser.add_argument("--queries", type=int, default=500, help="search queries per catalogue")
     parser.add_argument("--steps", type=int, default=20_000, help="env steps to time")
     parser.add_argument("--rewards", type=int, default=5_000, help="purchases to score")
     args = parser.parse_args(argv)
 
-    data_dir = args.data_dir or os.environ.get(DATA_DIR_ENV_VAR)
-    if data_dir is None and (DEFAULT_DATA_DIR / "webshop_small_1k_docs.jsonl.gz").exists():
-        data_dir = str(DEFAULT_DATA_DIR)
+    data_dir = args.data_dir or os.environ.get(DATA_DIR_ENV_VAR) or prepared_data_dir("small")
+    data_dir = None if data_dir is None else str(data_dir)
     baseline_ns = dict_lookup_baseline_ns()
     print(f"baseline: one dict lookup per loop iteration = {baseline_ns:.1f} ns\n")
     verdicts: list[bool | None] = []

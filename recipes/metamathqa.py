@@ -5,12 +5,13 @@
 #     "trackio",
 # ]
 # ///
-"""MetaMathQA: answer grade-school word problems -- RAGEN-2 agent training with SNR-aware filtering and MI diagnostics.
+"""Train a MetaMathQA agent with RAGEN-2 on TRL: SNR-aware filtering and MI collapse diagnostics.
 
-One attempt as in RAGEN's code (reward 1/2^attempt with `--env_config '{"max_attempts": 3}'` and
-`--max_turns 3`). Problems are generated offline; `data_path` reads MetaMathQA or GSM8K files.
+MetaMathQA: answer grade-school word problems. One attempt as in RAGEN's code (reward 1/2^attempt with
+`--env_config '{"max_attempts": 3}' --max_turns 3`). Problems are generated offline; `data_path` reads MetaMathQA or
+GSM8K files.
 
-CPU smoke run (tiny offline model):
+CPU smoke run (the offline tiny model, a couple of steps):
 
     accelerate launch recipes/metamathqa.py --config recipes/configs/agent_cpu.yaml
 
@@ -18,21 +19,100 @@ One GPU (Qwen2.5-3B as in the paper, vLLM colocate), GRPO or PPO:
 
     accelerate launch --config_file recipes/accelerate/single_gpu.yaml recipes/metamathqa.py \\
         --config recipes/configs/metamathqa.yaml [--algorithm ppo]
+
+Several GPUs: `--config_file recipes/accelerate/multi_gpu.yaml` (DDP) or `zero3.yaml`; LoRA with `--use_peft --lora_r
+64`; the Hub with `--push_to_hub --hub_model_id you/metamathqa-ragen2`.
+
+`--algorithm ppo` trains with a critic and per-token GAE (`SNRFilteredPPOTrainer`) instead of GRPO's group
+advantage. The algorithm decides which trainer config the other flags fill in, so `parse_args` parses twice: first
+the script arguments alone (`--algorithm` from the command line or the YAML, other flags left aside), then
+everything with the chosen config.
 """
 
 from dataclasses import dataclass, field
 
-from trl_ragen2.recipe_utils import AgentScriptArguments, parse_recipe_args, train_agent
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from trl_ragen2 import (
+    MetricsJSONLCallback,
+    RagenRollout,
+    SNRFilteredGRPOConfig,
+    SNRFilteredGRPOTrainer,
+    SNRFilteredPPOConfig,
+    SNRFilteredPPOTrainer,
+    env_return,
+)
+from trl_ragen2.recipe_utils import (
+    AgentScriptArguments,
+    build_datasets,
+    evaluate_final_policy,
+    model_init_kwargs,
+    resolve_model_name,
+    write_run_report,
+)
+
+
+ENV_NAME = "metamathqa"
 
 
 @dataclass
-class MetamathqaScriptArguments(AgentScriptArguments):
-    env_name: str = field(default="metamathqa", metadata={"help": "Environment name."})
-    env_config: str = field(default="{}", metadata={"help": "JSON environment keywords."})
-    max_turns: int = field(default=1, metadata={"help": "Turns per episode."})
+class MetaMathQAScriptArguments(AgentScriptArguments):
+    """The MetaMathQA defaults of the recipe's arguments (all of them: `AgentScriptArguments`)."""
+
+    max_turns: int = field(default=1, metadata={"help": "Turns per episode (one attempt, as RAGEN's code runs it)."})
     max_actions_per_turn: int = field(default=1, metadata={"help": "Actions per answer."})
-    max_tokens_per_turn: int = field(default=400, metadata={"help": "Generation limit per reply."})
+
+
+def parse_args(args: list[str] | None = None):
+    """`(script args, trainer config, ModelConfig)` from `args` (default: the command line) and its `--config`."""
+    # --algorithm (command line or YAML) picks the trainer config, so the script arguments are read first, alone;
+    # the other flags (and --help) are left to the full parse
+    first = TrlParser(MetaMathQAScriptArguments, add_help=False, allow_abbrev=False)
+    script_args, _ = first.parse_args_and_config(args, return_remaining_strings=True)
+    config_class = SNRFilteredPPOConfig if script_args.algorithm == "ppo" else SNRFilteredGRPOConfig
+    return TrlParser((MetaMathQAScriptArguments, config_class, ModelConfig)).parse_args_and_config(args)
+
+
+def main(
+    script_args: MetaMathQAScriptArguments, training_args: SNRFilteredGRPOConfig, model_args: ModelConfig
+) -> None:
+    #### Model
+    training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
+    model = resolve_model_name(model_args.model_name_or_path)  # "tiny" is the offline tiny model
+    peft_config = get_peft_config(model_args)  # LoRA with --use_peft
+
+    #### Environment and dataset
+    # one row per episode; the num_generations rollouts of a row play the same instance (its seed)
+    num_eval = script_args.num_eval_prompts if training_args.eval_strategy != "no" else 0
+    train_dataset, eval_dataset = build_datasets(
+        ENV_NAME, script_args.env_kwargs, script_args.num_train_prompts, num_eval
+    )
+
+    #### Trainer
+    trainer_class = SNRFilteredPPOTrainer if script_args.algorithm == "ppo" else SNRFilteredGRPOTrainer
+    trainer = trainer_class(
+        model=model,
+        reward_funcs=env_return,  # the trajectory return the rollout computed
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        peft_config=peft_config,
+        rollout_func=RagenRollout(script_args.rollout_config()),  # multi-turn episodes in the RAGEN protocol
+        callbacks=[MetricsJSONLCallback()],  # output_dir/metrics.jsonl: plots of a run still in progress
+    )
+
+    #### Training
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    evaluate_final_policy(trainer)  # validation of the final policy, for the model card and the summary
+
+    #### Save and push
+    trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json: the logs that `trl-ragen2 summary` and `trl-ragen2 plot` read
+    details = {"Environment": ENV_NAME, "Algorithm": script_args.algorithm}
+    write_run_report(trainer, ENV_NAME, details, write_plots=script_args.write_plots)
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
 
 
 if __name__ == "__main__":
-    train_agent(*parse_recipe_args(MetamathqaScriptArguments))
+    main(*parse_args())

@@ -1,6 +1,7 @@
-"""Shared pytest fixtures: offline settings and the tiny model kit."""
+"""Shared pytest fixtures: offline settings, the WebShop 1k catalogue, and the tiny model kit."""
 
 import os
+from pathlib import Path
 
 
 # Nothing in the suite may reach the Hugging Face Hub or send telemetry.
@@ -11,6 +12,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 import pytest
+
+
+# The repository's machines keep RAGEN's 1,000-product WebShop catalogue next to the checkout; tests (and the
+# recipes they launch) read it through WEBSHOP_DATA_DIR, as a user's own copy would be read.
+SHARED_WEBSHOP = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "webshop"
+if SHARED_WEBSHOP.is_dir():
+    os.environ.setdefault("WEBSHOP_DATA_DIR", str(SHARED_WEBSHOP))
 
 
 @pytest.fixture(scope="session")

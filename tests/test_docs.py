@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from .webshop_data import DATA_DIR, HAS_1K_CATALOGUE
+
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 METRICS_DOC = DOCS / "metrics.md"
 METHOD_DOC = DOCS / "method.md"
 ENV_CARDS = DOCS / "environments"
-SHARED_WEBSHOP = ROOT.parent / "shared" / "data" / "webshop"
 
 FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.MULTILINE | re.DOTALL)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
@@ -379,9 +380,9 @@ def first_observation(name: str) -> str | None:
     from trl_ragen2_envs import make_env
 
     if name == "webshop":
-        if not SHARED_WEBSHOP.is_dir():
+        if not HAS_1K_CATALOGUE:
             return None
-        return make_env("webshop", data_dir=str(SHARED_WEBSHOP), split="train").reset(seed=26)
+        return make_env("webshop", data_dir=str(DATA_DIR), split="train").reset(seed=26)
     return make_env(name).reset(seed=0)
 
 
@@ -389,7 +390,7 @@ def first_observation(name: str) -> str | None:
 def test_card_example_is_what_the_environment_shows(name):
     observation = first_observation(name)
     if observation is None:
-        pytest.skip("the shared WebShop data is not next to the repository")
+        pytest.skip("WEBSHOP_DATA_DIR holds no 1k WebShop catalogue")
     text = (ENV_CARDS / f"{name}.md").read_text(encoding="utf-8")
     head = "\n".join(observation.splitlines()[:3])  # long observations are abbreviated in the cards
     assert head in text, f"docs/environments/{name}.md does not show the current reset observation:\n{head}"

@@ -13,6 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from .webshop_data import DATA_DIR, HAS_1K_CATALOGUE
+
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS_DIR = ROOT / "notebooks"
@@ -20,7 +22,6 @@ NOTEBOOKS = ("template_collapse_explained", "snr_filtering_quickstart", "webshop
 COLAB_URL = "https://colab.research.google.com/github/trl-ragen2/trl-ragen2/blob/main/notebooks/{name}.ipynb"
 INSTALL_SPEC = '"trl-ragen2[peft] @ git+https://github.com/trl-ragen2/trl-ragen2"'
 SMOKE_VAR = "TRL_RAGEN2_NOTEBOOK_SMOKE"
-SHARED_WEBSHOP = ROOT / ".." / "shared" / "data" / "webshop"
 
 
 def load(name: str):
@@ -113,8 +114,13 @@ def notebook_env(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         for key, value in variables.items():
             patch.setenv(key, value)
-        for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WEBSHOP_DATA_DIR"):
+        for key in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "TRL_RAGEN2_CACHE"):
             patch.delenv(key, raising=False)
+        # the 1k catalogue through WEBSHOP_DATA_DIR when the test run has it (conftest.py), as a user's copy
+        if HAS_1K_CATALOGUE:
+            patch.setenv("WEBSHOP_DATA_DIR", str(DATA_DIR))
+        else:
+            patch.delenv("WEBSHOP_DATA_DIR", raising=False)
         yield root
 
 
@@ -198,7 +204,7 @@ def test_webshop_agent_runs(notebook_env):
     notebook = execute("webshop_agent")
     assert_figures(notebook, "webshop_agent", 1)
     settings = next(cell for cell in code_cells(notebook) if SMOKE_VAR in cell.source)
-    expected_source = "project's 1k-product copy" if SHARED_WEBSHOP.is_dir() else "procedural catalogue"
+    expected_source = "$WEBSHOP_DATA_DIR" if HAS_1K_CATALOGUE else "procedural catalogue"
     assert "catalogue source: " in stdout(settings) and expected_source in stdout(settings)
     breakdown = next(cell for cell in code_cells(notebook) if 'env.step("click[buy now]")' in cell.source)
     assert "reward=" in stdout(breakdown) and "done=True" in stdout(breakdown)

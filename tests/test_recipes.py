@@ -1,42 +1,69 @@
-"""The recipes run end to end on CPU with the tiny offline model (subprocesses, as a user launches them)."""
+"""The recipes: TRL example scripts that run end to end on CPU with the tiny offline model (subprocesses, as a user
+launches them, including a copy of one outside the repository), and whose two-stage parse picks the trainer config
+from `--algorithm` on the command line or in the YAML."""
 
+import importlib.util
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredPPOConfig
+
+from .webshop_data import HAS_1K_CATALOGUE
+from .webshop_originals import stub_tagger, write_original_files
+
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
+CONFIGS = RECIPES / "configs"
+TASKS = ("sokoban", "frozen_lake", "countdown", "metamathqa", "searchqa", "deepcoder")
+SECTIONS = ("#### Model", "#### Environment and dataset", "#### Trainer", "#### Training", "#### Save and push")
 
 
-def run(command, tmp_path, timeout=600):
+def run(command, tmp_path, cwd=ROOT, timeout=600, **env_overrides):
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "TRL_EXPERIMENTAL_SILENCE": "1",
         "TRL_RAGEN2_CACHE": str(tmp_path / "cache"),
+        **env_overrides,
     }
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    env = {key: value for key, value in env.items() if value is not None}
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"{command} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return result.stdout
+    return result
+
+
+def load_recipe(name: str):
+    """A recipe file as a module (its `__main__` block does not run)."""
+    spec = importlib.util.spec_from_file_location(f"recipe_{name}", RECIPES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# End to end
 
 
 def test_webshop_cpu_preset_two_steps(tmp_path):
     out = tmp_path / "webshop"
     stdout = run(
         [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", str(RECIPES / "webshop.py"),
-         "--config", str(RECIPES / "configs" / "webshop_cpu.yaml"), "--max_steps", "2", "--eval_steps", "2",
+         "--config", str(CONFIGS / "webshop_cpu.yaml"), "--max_steps", "2", "--eval_steps", "2",
          "--output_dir", str(out)],
         tmp_path,
-    )  # fmt: skip
+    ).stdout  # fmt: skip
     assert "steps: 2" in stdout
     summary = json.loads((out / "run_summary.json").read_text())
     catalogue = summary["details"]["Catalogue"]
-    assert catalogue.startswith(("webshop-small-1k", "procedural-"))
+    assert catalogue == ("webshop-small-1k" if HAS_1K_CATALOGUE else "procedural-1000-seed0")
     metrics = summary["final_metrics"]
     assert "ragen2/filter/kept_fraction" in metrics and "eval_ragen2/env/webshop/success_rate" in metrics
     card = (out / "README.md").read_text()
@@ -45,42 +72,54 @@ def test_webshop_cpu_preset_two_steps(tmp_path):
     assert (out / "metrics.jsonl").exists() and (out / "model.safetensors").exists()
 
 
+def test_recipe_copied_alone_runs_its_cpu_preset_and_finds_the_prepared_webshop_data(tmp_path):
+    """A user's copy: the script and its preset in a new folder outside the repository, only the installed package
+    importable, and WebShop data prepared by `trl-ragen2 data webshop small` in the user cache (no WEBSHOP_DATA_DIR)."""
+    from trl_ragen2_envs.webshop.prepare import prepare_webshop_data
+
+    originals = tmp_path / "originals"
+    nouns = write_original_files(originals, num_products=60)
+    prepared = prepare_webshop_data(
+        "small", tmp_path / "cache" / "webshop-data" / "small", source_dir=originals, tagger=stub_tagger(nouns)
+    )
+    work = tmp_path / "my-project"
+    work.mkdir()
+    shutil.copy(RECIPES / "webshop.py", work / "train_webshop.py")
+    shutil.copy(CONFIGS / "webshop_cpu.yaml", work / "webshop_cpu.yaml")
+    result = run(
+        [sys.executable, "train_webshop.py", "--config", "webshop_cpu.yaml", "--max_steps", "1", "--eval_steps", "1",
+         "--write_plots", "false"],
+        tmp_path, cwd=work, WEBSHOP_DATA_DIR=None, PYTHONPATH=None,
+    )  # fmt: skip
+    assert "steps: 1" in result.stdout
+    assert "WebShop catalogue: webshop-small-1k" in result.stderr  # the prepared cache, not the procedural one
+    summary = json.loads((work / "outputs" / "webshop-cpu" / "run_summary.json").read_text())
+    assert summary["details"]["Catalogue"] == "webshop-small-1k" and prepared.num_products == 60
+    assert "eval_ragen2/env/webshop/success_rate" in summary["final_metrics"]
+
+
 @pytest.mark.parametrize(
     "task, extra",
     [
-        ("sokoban", []),
-        ("frozen_lake", []),
-        ("countdown", []),
-        ("metamathqa", []),
-        ("searchqa", []),
-        ("deepcoder", []),
+        *[(task, []) for task in TASKS],
         ("sokoban", ["--algorithm", "ppo"]),
         ("frozen_lake", ["--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"]),
     ],
-    ids=[
-        "sokoban",
-        "frozen_lake",
-        "countdown",
-        "metamathqa",
-        "searchqa",
-        "deepcoder",
-        "sokoban-ppo",
-        "frozen_lake-lora",
-    ],
+    ids=[*TASKS, "sokoban-ppo", "frozen_lake-lora"],
 )
 def test_task_recipe_one_step(tmp_path, task, extra):
     out = tmp_path / task
     stdout = run(
-        [sys.executable, str(RECIPES / f"{task}.py"), "--config", str(RECIPES / "configs" / "agent_cpu.yaml"),
+        [sys.executable, str(RECIPES / f"{task}.py"), "--config", str(CONFIGS / "agent_cpu.yaml"),
          "--max_steps", "1", "--eval_strategy", "no", "--write_plots", "false", "--output_dir", str(out), *extra],
         tmp_path,
-    )  # fmt: skip
+    ).stdout  # fmt: skip
     assert "steps: 1" in stdout
     summary = json.loads((out / "run_summary.json").read_text())
     assert f"ragen2/env/{task}/success_rate" in summary["final_metrics"]
+    assert summary["details"] == {"Environment": task, "Algorithm": "ppo" if "ppo" in extra else "grpo"}
     if "ppo" in extra:
-        assert summary["details"]["Algorithm"] == "ppo" and "ragen2/ppo/value_loss" in summary["final_metrics"]
-        assert (out / "critic" / "config.json").exists()
+        assert "ragen2/ppo/value_loss" in summary["final_metrics"] and (out / "critic" / "config.json").exists()
     if "--use_peft" in extra:
         assert (out / "adapter_config.json").exists()
 
@@ -91,17 +130,66 @@ def test_recipe_rejects_bad_algorithm(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode != 0
-    assert "algorithm must be one of ('grpo', 'ppo'), got 'dqn'" in result.stderr
+    assert "algorithm must be one of ('grpo', 'ppo'), got 'dqn'; pass --algorithm grpo or --algorithm ppo" in (
+        result.stderr
+    )
 
 
-@pytest.mark.parametrize("config", sorted(p.name for p in (RECIPES / "configs").glob("*.yaml")))
+# ---------------------------------------------------------------------------------------------------------------
+# Parsing: --algorithm picks the config class, from the command line or the YAML
+
+
+RECIPE_CONFIGS = [(task, config) for task in TASKS for config in (f"{task}.yaml", "agent_cpu.yaml")]
+RECIPE_CONFIGS += [("webshop", "webshop.yaml"), ("webshop", "webshop_cpu.yaml")]
+
+
+def test_every_config_belongs_to_a_recipe():
+    assert sorted({config for _, config in RECIPE_CONFIGS}) == sorted(p.name for p in CONFIGS.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe, config", RECIPE_CONFIGS, ids=[f"{r}-{c}" for r, c in RECIPE_CONFIGS])
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
-def test_every_config_parses_for_both_algorithms(config, algorithm):
-    from trl_ragen2.recipe_utils import AgentScriptArguments, parse_recipe_args, trainer_classes
-
-    argv = ["--config", str(RECIPES / "configs" / config), "--algorithm", algorithm]
+def test_every_config_parses_for_both_algorithms(recipe, config, algorithm):
+    argv = ["--config", str(CONFIGS / config), "--algorithm", algorithm]
     argv += ["--bf16", "false", "--use_cpu", "true"]  # the GPU presets, checked on this CPU machine
-    script_args, training_args, _ = parse_recipe_args(AgentScriptArguments, argv)
-    assert isinstance(training_args, trainer_classes(algorithm)[1])
-    assert script_args.algorithm == algorithm
-    assert training_args.reward_variance_filtering == "top_p"
+    script_args, training_args, model_args = load_recipe(recipe).parse_args(argv)
+    assert type(training_args) is (SNRFilteredPPOConfig if algorithm == "ppo" else SNRFilteredGRPOConfig)
+    assert script_args.algorithm == algorithm and training_args.reward_variance_filtering == "top_p"
+    assert model_args.model_name_or_path  # every preset names its model
+
+
+def test_algorithm_from_the_yaml_and_the_command_line_overrides_it(tmp_path):
+    parse_args = load_recipe("sokoban").parse_args
+    config = tmp_path / "ppo.yaml"
+    config.write_text((CONFIGS / "agent_cpu.yaml").read_text().replace("algorithm: grpo", "algorithm: ppo"))
+    script_args, training_args, _ = parse_args(["--config", str(config), "--critic_learning_rate", "3e-5"])
+    assert script_args.algorithm == "ppo" and type(training_args) is SNRFilteredPPOConfig
+    assert training_args.critic_learning_rate == 3e-5  # a PPO-only flag reaches the PPO config
+    script_args, training_args, _ = parse_args(["--config", str(config), "--algorithm", "grpo"])
+    assert script_args.algorithm == "grpo" and type(training_args) is SNRFilteredGRPOConfig
+    with pytest.raises(ValueError, match=r"not used by the HfArgumentParser: \['--critic_learning_rate', '3e-5'\]"):
+        parse_args(["--config", str(CONFIGS / "agent_cpu.yaml"), "--critic_learning_rate", "3e-5"])  # GRPO has none
+
+
+def test_help_lists_script_trainer_and_model_flags(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        load_recipe("webshop").parse_args(["--algorithm", "ppo", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--webshop_data_dir", "--max_turns", "--reward_variance_top_p", "--critic_learning_rate", "--lora_r"):
+        assert flag in text
+
+
+@pytest.mark.parametrize("recipe", ["webshop", *TASKS])
+def test_recipe_is_one_readable_trl_script(recipe):
+    """TRL's example-script layout: PEP 723 header, commands in the docstring, TrlParser over the three argument
+    groups, the five sections in order, the trainer built and trained in the file, no command-line scanning."""
+    text = (RECIPES / f"{recipe}.py").read_text()
+    assert text.startswith("# /// script\n# dependencies = [\n") and '#     "trl-ragen2",' in text
+    assert f"accelerate launch recipes/{recipe}.py --config recipes/configs/" in text
+    assert re.search(r"TrlParser\(\(\w+ScriptArguments, config_class, ModelConfig\)\)", text)
+    positions = [text.index(section + "\n") for section in SECTIONS]
+    assert positions == sorted(positions)
+    assert "trainer = trainer_class(" in text and "trainer.train(" in text and "trainer.save_model(" in text
+    assert "sys.argv" not in text and "argv" not in text.replace("parse_args", "")
+    assert "shared" not in text  # nothing but the installed packages and the user's own files

@@ -1,10 +1,12 @@
-"""The `trl-ragen2` command line: plot and summarise a training run from its logs.
+"""The `trl-ragen2` command line: plot and summarise a training run from its logs, and prepare WebShop's data.
 
 ```
 trl-ragen2 plot out/webshop-grpo                  # PNGs into out/webshop-grpo/plots, paths on stdout
 trl-ragen2 plot out/webshop-grpo --scope first_turn --proxy mi_zscore --mi-threshold 1.0
 trl-ragen2 summary out/webshop-grpo               # last / mean / best of the key metrics
 trl-ragen2 summary out/webshop-grpo --json        # the same as JSON, for CI
+trl-ragen2 data webshop small                     # download WebShop's 1k set, convert it, cache it
+trl-ragen2 data webshop small --from ~/WebShop    # import a copy you already have
 ```
 
 A run's logs are its `trainer_state.json`, the newest `checkpoint-*/trainer_state.json`, or the `metrics.jsonl` of
@@ -20,6 +22,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from . import __version__
 from .run_logs import MI_SCOPES, format_summary, load_run_logs, summarize
@@ -176,20 +179,109 @@ def _run_summary(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _add_data(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "data",
+        help="download and prepare environment data (WebShop's product catalogue)",
+        description="Download and prepare environment data.",
+    )
+    sources = parser.add_subparsers(dest="source", metavar="SOURCE", title="sources", required=True)
+    webshop = sources.add_parser(
+        "webshop",
+        help="WebShop's original data: 'small' (1,000 products, 9.8 MB) or 'all' (1.18 M products, 5.7 GB)",
+        description="Download WebShop's original files (the Google Drive files of princeton-nlp/WebShop's "
+        "setup.sh), resuming an interrupted download and checking each file against its published SHA-256; "
+        "convert them into the format the WebShop environment loads (with precomputed title nouns, which needs "
+        'spaCy: pip install "trl-ragen2[webshop-data]"); and keep them in the cache folder, where the WebShop '
+        "recipe finds them.",
+    )
+    webshop.add_argument("dataset", choices=("small", "all"), help="which set, as in WebShop's setup.sh -d")
+    webshop.add_argument(
+        "--to", metavar="DIR", help="folder to prepare (default: $TRL_RAGEN2_CACHE or ~/.cache/trl_ragen2, then "
+        "webshop-data/<dataset>)"
+    )  # fmt: skip
+    origin = webshop.add_mutually_exclusive_group()
+    origin.add_argument(
+        "--from", dest="source_dir", metavar="DIR", help="import the original files from DIR (or DIR/data, as in a "
+        "WebShop checkout) instead of downloading them"
+    )  # fmt: skip
+    origin.add_argument(
+        "--mirror", metavar="URL", help="download URL/<file name> instead of Google Drive (the same files)"
+    )
+    webshop.add_argument("--force", action="store_true", help="prepare again even if the folder is prepared")
+    webshop.set_defaults(handler=_run_data_webshop)
+
+
+def _amount(done: int, total: int | None, unit: str) -> str:
+    if unit == "B":
+        return f"{done / 1e6:,.1f}" + (f"/{total / 1e6:,.1f}" if total else "") + " MB"
+    return f"{done:,}" + (f"/{total:,}" if total else "") + f" {unit}"
+
+
+def _run_data_webshop(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+    from trl_ragen2_envs.webshop.data import DATA_DIR_ENV_VAR
+    from trl_ragen2_envs.webshop.download import DownloadError
+    from trl_ragen2_envs.webshop.prepare import default_data_dir, prepare_webshop_data
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[amount]}"),
+               TimeRemainingColumn())  # fmt: skip
+    tasks: dict[str, int] = {}
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+
+        def progress(name: str, done: int, total: int | None) -> None:
+            unit = "products" if name == "title nouns" else "B"
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total, amount="")
+            bar.update(tasks[name], completed=done, total=total, amount=_amount(done, total, unit))
+
+        try:
+            result = prepare_webshop_data(
+                args.dataset, args.to, source_dir=args.source_dir, mirror=args.mirror, force=args.force,
+                progress=progress,
+            )  # fmt: skip
+        except (DownloadError, ImportError, OSError, ValueError) as error:
+            bar.stop()
+            return _error("data webshop", error)
+    if result.already_prepared:
+        print(f"WebShop {args.dataset} set already prepared in {result.folder} (--force prepares it again)")
+        return 0
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"WebShop {args.dataset} set ready in {result.folder}: {result.num_products:,} products")
+    for name, entry in result.files.items():
+        check = entry.get("check") or (f"made by {entry['by']}" if "by" in entry else entry["origin"])
+        print(f"  {name}: {entry['bytes']:,} bytes, sha256 {entry['sha256']}, {check}")
+    if args.to is None or Path(args.to).expanduser().resolve() == default_data_dir(args.dataset).resolve():
+        print(f"The WebShop recipe reads it by default (--webshop_dataset {args.dataset}).")
+    else:
+        print(f"Use it with --webshop_data_dir {result.folder} or {DATA_DIR_ENV_VAR}={result.folder}.")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # entry point
 # ---------------------------------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `trl-ragen2` argument parser, with its `plot` and `summary` commands."""
+    """The `trl-ragen2` argument parser, with its `plot`, `summary` and `data` commands."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="RAGEN-2 for TRL: look at training runs (MI diagnostics, SNR filtering, rewards).",
+        description="RAGEN-2 for TRL: look at training runs (MI diagnostics, SNR filtering, rewards) and prepare "
+        "environment data.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     _add_plot(subparsers)
     _add_summary(subparsers)
+    _add_data(subparsers)
     return parser
 
 

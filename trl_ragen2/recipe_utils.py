@@ -1,7 +1,9 @@
-"""Building blocks shared by the scripts in `recipes/`: script arguments, datasets, model, trainer, end of run.
+"""Helpers of the scripts in `recipes/`: their common arguments, episode datasets, model keywords, the final
+validation and the run report (model card, plots, summary).
 
-A recipe reads three argument groups with `TrlParser` -- [`AgentScriptArguments`], the trainer config and TRL's
-`ModelConfig` -- and calls these functions in order. They take plain arguments, so they also serve notebooks.
+Each recipe parses `(its AgentScriptArguments subclass, the trainer config, ModelConfig)` with `TrlParser`, then
+builds the trainer and trains in the file itself; these functions are the steps that would otherwise be repeated
+in every recipe. They take plain arguments, so notebooks use them too.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ ALGORITHMS = ("grpo", "ppo")
 @dataclass
 class AgentScriptArguments:
     """
-    Arguments of the agent-training recipes (besides the trainer config and `ModelConfig`).
+    Arguments of the agent-training recipes (besides the trainer config and `ModelConfig`); each recipe subclasses
+    it with its task's defaults.
 
     Parameters:
-        env_name (`str`, defaults to `"webshop"`): Environment name (see `trl_ragen2_envs.ENVIRONMENTS`).
         env_config (`str`, defaults to `"{}"`): JSON object of environment constructor keywords.
-        algorithm (`str`, defaults to `"grpo"`): `"grpo"` (SNRFilteredGRPOTrainer) or `"ppo"` (critic + GAE).
+        algorithm (`str`, defaults to `"grpo"`): `"grpo"` (SNRFilteredGRPOTrainer) or `"ppo"` (SNRFilteredPPOTrainer:
+            critic + GAE); it decides which trainer config the rest of the command line fills in.
         num_train_prompts (`int`, defaults to `4096`): Training episodes (rows); each is played `num_generations`
             times per visit.
         num_eval_prompts (`int`, defaults to `512`): Validation episodes, one rollout each (RAGEN: 512).
@@ -42,7 +45,6 @@ class AgentScriptArguments:
         write_plots (`bool`, defaults to `True`): Write the training-curve and regime PNGs at the end of the run.
     """
 
-    env_name: str = field(default="webshop", metadata={"help": "Environment name (trl_ragen2_envs.ENVIRONMENTS)."})
     env_config: str = field(default="{}", metadata={"help": "JSON object of environment constructor keywords."})
     algorithm: str = field(default="grpo", metadata={"help": "'grpo' or 'ppo' (critic + GAE)."})
     num_train_prompts: int = field(default=4096, metadata={"help": "Training episodes (dataset rows)."})
@@ -58,7 +60,9 @@ class AgentScriptArguments:
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+            raise ValueError(
+                f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}; pass --algorithm grpo or --algorithm ppo"
+            )
         try:
             config = json.loads(self.env_config) if isinstance(self.env_config, str) else self.env_config
         except json.JSONDecodeError as error:
@@ -135,116 +139,38 @@ def final_metrics(trainer) -> dict[str, float]:
     return last
 
 
-def finish_run(trainer, script_args: AgentScriptArguments, training_args, details: dict[str, str]) -> dict[str, float]:
-    """Save the model, write plots and the model card (with `details` and the final metrics), push if asked."""
-    trainer.save_model(training_args.output_dir)
-    trainer.save_state()  # trainer_state.json: the logs that plots and `trl-ragen2 summary` read
+def evaluate_final_policy(trainer) -> None:
+    """Validate the final policy when the last training step was not an evaluation step (for the card and summary)."""
+    args = trainer.args
+    if trainer.eval_dataset is None or args.eval_strategy == "no":
+        return
+    steps = args.eval_steps or args.logging_steps
+    if trainer.state.global_step % steps:
+        trainer.evaluate()
+
+
+def write_run_report(trainer, env_name: str, details: dict[str, str], *, write_plots: bool = True) -> dict[str, float]:
+    """After `save_model` and `save_state`: the model card (with `details` and the final metrics), the plots,
+    `run_summary.json`, and the printed summary. Returns the final metrics."""
+    output_dir = trainer.args.output_dir
     metrics = final_metrics(trainer)
     keys = [k for k in sorted(metrics) if k.startswith(("eval_ragen2/env", "ragen2/env", "ragen2/filter/kept"))]
     trainer.model_card_details.update(details)
     trainer.model_card_details.update({f"final `{k}`": f"{metrics[k]:.4g}" for k in keys})
     if trainer.is_world_process_zero():
-        trainer.create_model_card(model_name=Path(training_args.output_dir).name)
-        if script_args.write_plots:
+        trainer.create_model_card(model_name=Path(output_dir).name)
+        if write_plots:
             try:
                 from .plots import plot_run
 
-                for path in plot_run(training_args.output_dir):
+                for path in plot_run(output_dir):
                     logger.info("wrote %s", path)
             except (ImportError, ValueError) as error:  # plots are a convenience: never fail a finished run
                 logger.warning("could not write plots: %s", error)
-        with open(os.path.join(training_args.output_dir, "run_summary.json"), "w") as f:
+        with open(os.path.join(output_dir, "run_summary.json"), "w") as f:
             json.dump({"details": details, "final_metrics": metrics}, f, indent=2)
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
+        print_summary(trainer, metrics, env_name)
     return metrics
-
-
-def trainer_classes(algorithm: str):
-    """`(trainer class, config class)` for `"grpo"` or `"ppo"`."""
-    if algorithm == "grpo":
-        from .grpo_config import SNRFilteredGRPOConfig
-        from .grpo_trainer import SNRFilteredGRPOTrainer
-
-        return SNRFilteredGRPOTrainer, SNRFilteredGRPOConfig
-    if algorithm == "ppo":
-        from .ppo_config import SNRFilteredPPOConfig
-        from .ppo_trainer import SNRFilteredPPOTrainer
-
-        return SNRFilteredPPOTrainer, SNRFilteredPPOConfig
-    raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
-
-
-def algorithm_from_args(argv: list[str]) -> str:
-    """The `--algorithm` of a command line, else the `algorithm` of its `--config` YAML, else `"grpo"`.
-
-    Recipes need it before parsing, to choose which trainer config the parser reads.
-    """
-    for index, arg in enumerate(argv):
-        if arg.startswith("--algorithm="):
-            return arg.split("=", 1)[1]
-        if arg == "--algorithm" and index + 1 < len(argv):
-            return argv[index + 1]
-    for index, arg in enumerate(argv):
-        path = arg.split("=", 1)[1] if arg.startswith("--config=") else None
-        if arg == "--config" and index + 1 < len(argv):
-            path = argv[index + 1]
-        if path:
-            import yaml
-
-            with open(path) as f:
-                return (yaml.safe_load(f) or {}).get("algorithm", "grpo")
-    return "grpo"
-
-
-def parse_recipe_args(script_args_cls, argv: list[str] | None = None):
-    """Parse `(script args, trainer config, ModelConfig)` with `TrlParser`, choosing the config class by algorithm."""
-    import sys
-
-    from trl import ModelConfig, TrlParser
-
-    argv = sys.argv[1:] if argv is None else argv
-    config_cls = trainer_classes(algorithm_from_args(argv))[1]
-    parser = TrlParser((script_args_cls, config_cls, ModelConfig))
-    return parser.parse_args_and_config(args=argv)
-
-
-def train_agent(script_args, training_args, model_args, *, env_config: dict[str, Any] | None = None,
-                details: dict[str, str] | None = None):  # fmt: skip
-    """Build the datasets, the trainer and the RAGEN rollout, train, and finish the run (see [`finish_run`]).
-
-    Returns `(trainer, final metrics)`.
-    """
-    from trl import get_peft_config
-
-    from .agent_rollout import RagenRollout, env_return
-    from .tracking import MetricsJSONLCallback
-
-    env_config = script_args.env_kwargs if env_config is None else env_config
-    train_dataset, eval_dataset = build_datasets(
-        script_args.env_name, env_config, script_args.num_train_prompts, script_args.num_eval_prompts
-    )
-    training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
-    trainer_cls = trainer_classes(script_args.algorithm)[0]
-    trainer = trainer_cls(
-        model=resolve_model_name(model_args.model_name_or_path),
-        reward_funcs=env_return,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset if training_args.eval_strategy != "no" else None,
-        peft_config=get_peft_config(model_args),
-        rollout_func=RagenRollout(script_args.rollout_config()),
-        callbacks=[MetricsJSONLCallback()],  # output_dir/metrics.jsonl: plots of a run still in progress
-    )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    steps = training_args.eval_steps or training_args.logging_steps
-    if eval_dataset is not None and training_args.eval_strategy != "no" and trainer.state.global_step % steps:
-        trainer.evaluate()  # validation of the final policy, for the model card and the summary
-    details = {"Environment": script_args.env_name, "Algorithm": script_args.algorithm, **(details or {})}
-    metrics = finish_run(trainer, script_args, training_args, details)
-    if trainer.is_world_process_zero():
-        print_summary(trainer, metrics, script_args.env_name)
-    return trainer, metrics
 
 
 def print_summary(trainer, metrics: dict[str, float], env_name: str) -> None:

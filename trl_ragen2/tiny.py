@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from trl_ragen2_envs.cache import cache_root
+
 
 TINY_MODEL_NAME = "tiny"
 
@@ -193,10 +195,8 @@ def is_tiny_model_name(name_or_path: str | None) -> bool:
 
 
 def default_cache_dir() -> Path:
-    """`$TRL_RAGEN2_CACHE`, else `$XDG_CACHE_HOME/trl_ragen2`, else `~/.cache/trl_ragen2`."""
-    if os.environ.get("TRL_RAGEN2_CACHE"):
-        return Path(os.environ["TRL_RAGEN2_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "trl_ragen2"
+    """`$TRL_RAGEN2_CACHE`, else `$XDG_CACHE_HOME/trl_ragen2`, else `~/.cache/trl_ragen2` (`trl_ragen2_envs.cache`)."""
+    return cache_root()
 
 
 def save_tiny_model(output_dir: str | os.PathLike, *, seed: int = 0) -> str:

@@ -3,7 +3,7 @@
 **Where.** `data_dir=` if given, else the environment variable `WEBSHOP_DATA_DIR`, else the built-in procedural
 catalogue (`catalog_gen.py`; `procedural=True` forces it). A data folder may hold:
 
-- RAGEN's 1k catalogue as provided with the project (`../shared/data/webshop/` from the repository root):
+- RAGEN's 1k catalogue, as `trl-ragen2 data webshop small` prepares it (`prepare.py`):
   `webshop_small_1k_docs.jsonl.gz` + `items_ins_v2_1000.json` + `name_type_tokens_spacy38.json`;
 - a WebShop download: `items_shuffle_1000.json` / `items_shuffle.json` (1.18 M products) with
   `items_ins_v2_1000.json` / `items_ins_v2.json`, and optionally `items_human_ins.json` (human goals) and a

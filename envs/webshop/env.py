@@ -64,7 +64,7 @@ class WebShopEnv(TextEnv):
     """WebShop: find and buy the product an instruction describes, by searching and clicking.
 
     Args:
-        data_dir: WebShop data folder (e.g. `../shared/data/webshop` from the repository root); else
+        data_dir: WebShop data folder (e.g. the one `trl-ragen2 data webshop small` prepares); else
             `$WEBSHOP_DATA_DIR`; else the procedural catalogue.
         split: "train", "validation" (or "val") or "test": which goals `reset(seed)` draws from.
         goals: "synthetic" (WebShop's instruction x option-combination goals) or "human" (`items_human_ins.json`).

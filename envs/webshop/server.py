@@ -1,6 +1,8 @@
 """WebShop in a browser, for people: the same engine, goals and reward as the agent's environment.
 
-    python -m trl_ragen2_envs.webshop.server --port 3000 [--data-dir ../shared/data/webshop] [--log-dir logs/]
+    python -m trl_ragen2_envs.webshop.server --port 3000 [--data-dir DIR] [--log-dir logs/]
+
+(`DIR`: a WebShop data folder, e.g. `~/.cache/trl_ragen2/webshop-data/small` after `trl-ragen2 data webshop small`.)
 
 Each browser session (a signed cookie) owns one `WebShopEnv` episode: the instruction and search box, results
 pages, product pages with selectable options, description / features / reviews, "Buy Now", then the score and
