@@ -11,6 +11,7 @@ Environments are plain Python (numpy at most): no torch, no TRL.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -96,5 +97,21 @@ def action_index(action: Any, lookup: dict[str, int]) -> int:
 def require_int(field: str, value: Any, minimum: int, fix: str) -> int:
     """`value` as an int if it is an integer >= `minimum` (bools are not); else a `ValueError` naming `field`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}; {fix}")
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise ValueError(f"{field} must be an integer >= {minimum}, got {shown} ({type(value).__name__}); {fix}")
     return int(value)
+
+
+def check_env_keywords(env_class: type, config: dict[str, Any], source: str) -> None:
+    """Raise a `TypeError` naming every key of `config` (from `source`) that `env_class` does not take, and the
+    keywords it does take."""
+    parameters = inspect.signature(env_class).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    accepted = sorted(p.name for p in parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+    unknown = sorted(set(config) - set(accepted), key=str)
+    if unknown:
+        raise TypeError(
+            f"{env_class.__name__} does not take {', '.join(map(repr, unknown))} ({source}); "
+            f"its keywords are {', '.join(accepted)}; remove the unknown keys or fix their spelling"
+        )
