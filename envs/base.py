@@ -2,9 +2,10 @@
 
 One episode: `reset(seed) -> observation text`, then `step(action text) -> (observation, reward, done, info)`
 until `done`. `info` always carries `success` (task solved) and `action_is_valid` (the action was understood
-and legal). The same seed gives the same instance. Model output is untrusted input: `step` never raises on it;
-an action it cannot use is reported with `action_is_valid=False` and leaves the state unchanged (the rollout
-applies the format penalty).
+and legal). The same seed gives the same instance. Model output is untrusted input: `step` never raises on any
+string (lone surrogates included); an action it cannot use is reported with `action_is_valid=False` and leaves
+the state unchanged (the rollout applies the format penalty). A step the environment's own machinery failed to
+serve (a search server down) carries the cause in `info["env_error"]`.
 
 Environments are plain Python (numpy at most): no torch, no TRL.
 """

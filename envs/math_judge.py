@@ -88,6 +88,8 @@ def _judge_in_this_thread(predicted: str, reference: str, timeout_s: float) -> s
 class _Worker:
     """One judging process shared by the threads of this process (they take turns)."""
 
+    command = (sys.executable, "-m", "trl_ragen2_envs.math_judge")
+
     def __init__(self):
         self.lock = threading.Lock()
         self.process: subprocess.Popen | None = None
@@ -97,7 +99,7 @@ class _Worker:
         with self.lock:
             if self.process is None or self.process.poll() is not None:
                 self.process = subprocess.Popen(
-                    [sys.executable, "-m", "trl_ragen2_envs.math_judge"],
+                    list(self.command),
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
