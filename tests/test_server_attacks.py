@@ -348,6 +348,23 @@ def test_step_turns_an_unreachable_server_into_an_observation_and_a_metric(serve
     assert metrics["searchqa/env_error_rate"] == 1.0 and metrics["searchqa/valid_action_rate"] == 1.0
 
 
+@pytest.mark.parametrize("name", ["sokoban", "frozen_lake", "countdown", "metamathqa", "searchqa"])
+@pytest.mark.parametrize(
+    "action",
+    ["x" * 10_000_000, "search[" + "river " * 3_000 + "]", "finish[" + "a " * 9_000 + "]", "[" * 1_000_000],
+    ids=["10M-chars", "18k-query", "18k-answer", "1M-brackets"],
+)
+def test_huge_actions_are_fast_and_give_bounded_observations(name, action):
+    from trl_ragen2_envs import make_env
+
+    env = make_env(name)
+    env.reset(0)
+    started = time.monotonic()
+    observation, _, _, info = env.step(action)
+    assert time.monotonic() - started < 1.0 and len(observation) < 10_000
+    assert len(json.dumps(info, default=str)) < 10_000
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # WebShop
 

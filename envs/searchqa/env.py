@@ -59,6 +59,11 @@ TOOL_INSTRUCTIONS = (
 # Game logic (pure functions)
 ############################################################
 
+# Longer actions are refused before parsing, and longer queries and answers are cut, so no text the model writes
+# makes a step slow or an observation long. A 400-token reply (RAGEN's turn limit) stays far below both.
+MAX_ACTION_CHARS = 20_000
+MAX_ARGUMENT_CHARS = 2_000
+
 _VERB = re.compile(r"\b(search|finish)\s*\[", re.IGNORECASE)
 
 
@@ -73,10 +78,13 @@ class ParsedAction:
 def parse_action(text: object) -> ParsedAction | str:
     """The first `search[...]` or `finish[...]` in `text`, or the reason it has none.
 
-    Brackets may nest inside the argument (`search[Foo [band]]`); surrounding quotes are dropped.
+    Brackets may nest inside the argument (`search[Foo [band]]`); surrounding quotes are dropped. Text over
+    `MAX_ACTION_CHARS` is refused; the argument is cut to `MAX_ARGUMENT_CHARS`.
     """
     if not isinstance(text, str):
         return f"the action must be text, got {type(text).__name__}"
+    if len(text) > MAX_ACTION_CHARS:
+        return f"the action is {len(text)} characters long (at most {MAX_ACTION_CHARS})"
     match = _VERB.search(text)
     if match is None:
         return "no search[query] or finish[answer] action found"
@@ -86,7 +94,7 @@ def parse_action(text: object) -> ParsedAction | str:
         depth += char == "["
         depth -= char == "]"
         if depth == 0:
-            argument = text[start:position].strip().strip("\"'`").strip()
+            argument = text[start:position].strip().strip("\"'`").strip()[:MAX_ARGUMENT_CHARS]
             if not argument:
                 return f"{match.group(1).lower()}[] is empty"
             return ParsedAction(match.group(1).lower(), argument)
