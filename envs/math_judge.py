@@ -11,9 +11,10 @@ parses and the comparison) by one budget in seconds:
   first use and reused), which applies the same timer in its own main thread; the caller waits at most the budget
   plus a margin, and a worker that does not answer is killed and replaced on the next call.
 
-Elsewhere than POSIX, math-verify's own timeouts are used (whole seconds per operation). An answer math-verify
-cannot judge in time is not equivalent: the verdict is `"timeout"`, and the environment
-scores it as wrong.
+The first judgement in a process first imports math-verify and sympy and judges two easy pairs, untimed, so
+imports and parser set-up never count against an answer's budget. Elsewhere than POSIX, math-verify's own timeouts
+are used (whole seconds per operation). An answer math-verify cannot judge in time is not equivalent: the verdict
+is `"timeout"`, and the environment scores it as wrong.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from contextlib import contextmanager
 
 
 DEFAULT_TIMEOUT_S = 2.0
-WORKER_START_S = 60.0  # the worker's first answer also waits for sympy to import
+WORKER_START_S = 60.0  # the worker's first answer also waits for its warm-up (importing sympy)
 WORKER_MARGIN_S = 2.0  # added to the budget when waiting for the worker
 VERDICTS = ("equal", "different", "timeout")
+# Judged once per process, untimed: sympy imports its simplification and number code on first use (over a second).
+WARM_UP_PAIRS = (("x^2+2x+1", "(x+1)^2"), ("\\frac{1}{2}", "0.5"))
 
 
 class JudgeTimeout(BaseException):
@@ -77,7 +80,20 @@ def _interval_timer(seconds: float):
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), previous_interval)
 
 
+_warmed_up = threading.Event()
+
+
+def _warm_up() -> None:
+    """Import math-verify and sympy and judge `WARM_UP_PAIRS` once, untimed: the first call in a process spends
+    seconds on imports and parser set-up, which must not count against an answer's budget."""
+    if not _warmed_up.is_set():
+        for predicted, reference in WARM_UP_PAIRS:
+            judge(predicted, reference)
+        _warmed_up.set()
+
+
 def _judge_in_this_thread(predicted: str, reference: str, timeout_s: float) -> str:
+    _warm_up()
     try:
         with _interval_timer(timeout_s):
             return "equal" if judge(predicted, reference) else "different"
