@@ -6,7 +6,7 @@ for, and a missing optional dependency raises an `ImportError` naming the extra 
 
 from importlib import import_module
 
-from .base import StepResult, TextEnv, invalid_step
+from .base import StepResult, TextEnv, check_env_keywords, invalid_step
 
 
 # name -> "module:Class"; modules are relative to this package
@@ -30,8 +30,11 @@ def get_env_class(name: str):
 
 
 def make_env(name: str, **config) -> TextEnv:
-    """Build the environment `name` (see `ENVIRONMENTS`) with its configuration keywords."""
-    return get_env_class(name)(**config)
+    """Build the environment `name` (see `ENVIRONMENTS`) with its configuration keywords; a `TypeError` lists
+    any keyword the environment does not take, with those it does."""
+    env_class = get_env_class(name)
+    check_env_keywords(env_class, config, f"given to make_env({name!r}), e.g. in a row's env_config")
+    return env_class(**config)
 
 
 __all__ = ["ENVIRONMENTS", "StepResult", "TextEnv", "get_env_class", "invalid_step", "make_env"]

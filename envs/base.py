@@ -2,15 +2,17 @@
 
 One episode: `reset(seed) -> observation text`, then `step(action text) -> (observation, reward, done, info)`
 until `done`. `info` always carries `success` (task solved) and `action_is_valid` (the action was understood
-and legal). The same seed gives the same instance. Model output is untrusted input: `step` never raises on it;
-an action it cannot use is reported with `action_is_valid=False` and leaves the state unchanged (the rollout
-applies the format penalty).
+and legal). The same seed gives the same instance. Model output is untrusted input: `step` never raises on any
+string (lone surrogates included); an action it cannot use is reported with `action_is_valid=False` and leaves
+the state unchanged (the rollout applies the format penalty). A step the environment's own machinery failed to
+serve (a search server down) carries the cause in `info["env_error"]`.
 
 Environments are plain Python (numpy at most): no torch, no TRL.
 """
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -96,5 +98,21 @@ def action_index(action: Any, lookup: dict[str, int]) -> int:
 def require_int(field: str, value: Any, minimum: int, fix: str) -> int:
     """`value` as an int if it is an integer >= `minimum` (bools are not); else a `ValueError` naming `field`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}; {fix}")
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise ValueError(f"{field} must be an integer >= {minimum}, got {shown} ({type(value).__name__}); {fix}")
     return int(value)
+
+
+def check_env_keywords(env_class: type, config: dict[str, Any], source: str) -> None:
+    """Raise a `TypeError` naming every key of `config` (from `source`) that `env_class` does not take, and the
+    keywords it does take."""
+    parameters = inspect.signature(env_class).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    accepted = sorted(p.name for p in parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+    unknown = sorted(set(config) - set(accepted), key=str)
+    if unknown:
+        raise TypeError(
+            f"{env_class.__name__} does not take {', '.join(map(repr, unknown))} ({source}); "
+            f"its keywords are {', '.join(accepted)}; remove the unknown keys or fix their spelling"
+        )

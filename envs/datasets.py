@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import make_env
+from .base import require_int
 from .prompts import initial_messages, prompt_budget
 
 
@@ -58,6 +59,20 @@ def env_config_json(env_config: dict[str, Any] | None) -> str:
         raise TypeError(
             f"env_config must be JSON-serialisable (str, int, float, bool, lists, dicts): {error}"
         ) from None
+
+
+def row_seed(value: Any, *, allow_none: bool = False) -> int | None:
+    """A row's `seed` as an int: a non-negative integer (None too with `allow_none`: a random instance), else a
+    `ValueError` naming the column, the value and its type."""
+    if value is None and allow_none:
+        return None
+    return require_int(
+        "seed",
+        value,
+        0,
+        "the dataset's seed column must hold non-negative integers (build rows with trl_ragen2_envs.datasets."
+        "build_rows, or cast the column, e.g. dataset.cast_column('seed', datasets.Value('int64')))",
+    )
 
 
 def parse_env_config(value: str | dict[str, Any] | None) -> dict[str, Any]:

@@ -12,7 +12,8 @@ paper's numbers, while the paper's Table 3 describes it as multi-turn; pass `max
 Checking: both sides are normalised (lower case, no whitespace, no `$`, no trailing `.`, no thousands
 separators, `\\boxed{}` unwrapped) and match when the strings are equal or both are the same number
 (`5 == 5.0 == 5.00`, `1/2 == 0.5 == \\frac{1}{2}`). `use_math_verify=True` also accepts what `math-verify`
-judges equivalent (LaTeX, algebra); it is in the `math` extra.
+judges equivalent (LaTeX, algebra) within `math_verify_timeout_s` (2 s; an answer not judged in time is wrong, so
+`\\binom{10^{7}}{5*10^{6}}` cannot stall a rollout); it is in the `math` extra.
 
 Problems: procedural GSM-style word problems (default; several multi-step families, integer answers, numbers
 from the environment's generator; a substitute for the MetaMathQA data, which is not downloaded), or a local
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .base import StepResult, TextEnv, finished_step, invalid_step
+from .math_judge import DEFAULT_TIMEOUT_S, math_verify_verdict
 from .tool_adapter import ToolEnvAdapter
 
 
@@ -105,19 +107,10 @@ def answers_match(predicted: str, reference: str) -> bool:
     return predicted_value is not None and predicted_value == reference_value
 
 
-def math_verify_match(predicted: str, reference: str) -> bool:
-    """`math-verify`'s judgement, with its `signal.alarm` timeouts off (they fail outside the main thread)."""
-    from math_verify import parse, verify
-
-    def parsed(text: str) -> list:
-        # Bare LaTeX such as x^2+2x+1 is only found inside math delimiters.
-        result = parse(text, parsing_timeout=None)
-        return result if result or "$" in text else parse(f"${text}$", parsing_timeout=None)
-
-    try:
-        return bool(verify(parsed(reference), parsed(predicted), timeout_seconds=None))
-    except Exception:  # noqa: BLE001 -- sympy raises many types; an answer it cannot handle is just not equal
-        return False
+def math_verify_match(predicted: str, reference: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """`math-verify`'s judgement within `timeout_s` seconds, from any thread (`math_judge.py`); no verdict in
+    time counts as not equal."""
+    return math_verify_verdict(predicted, reference, timeout_s) == "equal"
 
 
 @dataclass(frozen=True)
@@ -316,11 +309,18 @@ class MetaMathQAEnv(TextEnv):
         *,
         max_attempts: int = 1,
         use_math_verify: bool = False,
+        math_verify_timeout_s: float = DEFAULT_TIMEOUT_S,
         families: list[str] | None = None,
     ) -> None:
         super().__init__()
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        timeout = math_verify_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 600:
+            raise ValueError(
+                f"math_verify_timeout_s must be a number of seconds in (0, 600], got {timeout!r}; it bounds how "
+                "long math-verify may judge one answer"
+            )
         if use_math_verify:
             try:
                 import math_verify  # noqa: F401
@@ -334,6 +334,7 @@ class MetaMathQAEnv(TextEnv):
             raise ValueError(f"families={families!r} must be a non-empty subset of {list(PROBLEM_FAMILIES)}")
         self.max_attempts = max_attempts
         self.use_math_verify = use_math_verify
+        self.math_verify_timeout_s = float(timeout)
         self.families = chosen
         self.problems = load_problems(data_path) if data_path is not None else None
         self.problem: MathProblem | None = None
@@ -360,7 +361,7 @@ class MetaMathQAEnv(TextEnv):
         """Whether an extracted answer matches the current problem's reference answer."""
         if answers_match(answer, self.problem.answer):
             return True
-        return self.use_math_verify and math_verify_match(answer, self.problem.answer)
+        return self.use_math_verify and math_verify_match(answer, self.problem.answer, self.math_verify_timeout_s)
 
     def step(self, action: str) -> StepResult:
         """Check one answer (a wrong one uses an attempt); raises `RuntimeError` before `reset()`."""

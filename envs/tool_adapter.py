@@ -27,32 +27,10 @@ never raises on it. A call the environment cannot use is answered with the reaso
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-from .base import TextEnv, require_int
-from .datasets import parse_env_config
-
-
-def _row_seed(value: Any) -> int | None:
-    """A row's `seed`: a non-negative integer, or None for a random instance."""
-    if value is None:
-        return None
-    return require_int("seed", value, 0, "the dataset's seed column must hold non-negative integers (or None)")
-
-
-def _check_env_keywords(env_class: type[TextEnv], config: dict[str, Any], source: str) -> None:
-    """Raise a `TypeError` naming every key of `config` (from `source`) that `env_class` does not take."""
-    parameters = inspect.signature(env_class).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return
-    accepted = sorted(p.name for p in parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY)
-    unknown = sorted(set(config) - set(accepted))
-    if unknown:
-        raise TypeError(
-            f"{env_class.__name__} does not take {', '.join(map(repr, unknown))} ({source}); "
-            f"its keywords are {', '.join(accepted)}"
-        )
+from .base import TextEnv, check_env_keywords
+from .datasets import parse_env_config, row_seed
 
 
 class ToolEnvAdapter:
@@ -81,7 +59,7 @@ class ToolEnvAdapter:
     invalid_reply = "Error: {reason}."
 
     def __init__(self, **env_config: Any) -> None:
-        _check_env_keywords(self.env_class, env_config, f"given to {type(self).__name__}()")
+        check_env_keywords(self.env_class, env_config, f"given to {type(self).__name__}()")
         self._base_config = env_config
         self.env: TextEnv | None = None
         self.env_config: dict[str, Any] | None = None  # the keywords `env` was built with
@@ -92,11 +70,11 @@ class ToolEnvAdapter:
     def reset(self, **row: Any) -> str:
         """Start the episode of a dataset row (`seed`, optional `env_config`); returns the instructions and the
         first observation."""
-        seed = _row_seed(row.get("seed"))
+        seed = row_seed(row.get("seed"), allow_none=True)
         row_config = parse_env_config(row.get("env_config"))
         config = {**self._base_config, **row_config}
         if self.env is None or config != self.env_config:
-            _check_env_keywords(self.env_class, row_config, "given in the row's env_config")
+            check_env_keywords(self.env_class, row_config, "given in the row's env_config")
             self.env, self.env_config = self.env_class(**config), config
         self.episode_return, self._started, self._done = 0.0, False, False
         observation = self.env.reset(seed=seed)

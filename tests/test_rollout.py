@@ -162,9 +162,9 @@ def test_arbitrary_model_output_never_breaks_a_rollout(tiny_tokenizer, reply, en
 def test_aggregate_env_metrics():
     stats = [
         ("sokoban", {"success": 1.0, "return": 10.0, "turns": 2.0, "valid_actions": 3.0, "actions": 4.0,
-                     "format_errors": 0.0, "context_limited": 0.0}),
+                     "format_errors": 0.0, "env_errors": 1.0, "context_limited": 0.0}),
         ("sokoban", {"success": 0.0, "return": -0.5, "turns": 4.0, "valid_actions": 1.0, "actions": 4.0,
-                     "format_errors": 2.0, "context_limited": 1.0}),
+                     "format_errors": 2.0, "env_errors": 0.0, "context_limited": 1.0}),
     ]  # fmt: skip
     metrics = aggregate_env_metrics(stats)
     assert metrics == {
@@ -174,6 +174,7 @@ def test_aggregate_env_metrics():
         "sokoban/context_limit_rate": 0.5,
         "sokoban/valid_action_rate": 0.5,
         "sokoban/format_error_rate": 2 / 6,
+        "sokoban/env_error_rate": 1 / 8,  # pooled: 1 failed action of 8 attempted
     }
 
 

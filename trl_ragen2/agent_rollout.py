@@ -29,7 +29,15 @@ from .generation import TrainerGeneration
 from .rollout import Episode, EpisodeSpec, RolloutConfig, RolloutEngine
 
 
-ENV_METRICS = ("success_rate", "valid_action_rate", "format_error_rate", "turns", "mean_return", "context_limit_rate")
+ENV_METRICS = (
+    "success_rate",
+    "valid_action_rate",
+    "format_error_rate",
+    "env_error_rate",
+    "turns",
+    "mean_return",
+    "context_limit_rate",
+)
 
 
 def env_return(completions, ragen2_return, **kwargs) -> list[float]:
@@ -46,7 +54,9 @@ def aggregate_env_metrics(stats: Iterable[tuple[str, dict[str, float]]]) -> dict
     """Per-environment metrics from `(env name, Episode.stats())` pairs, keyed `<env>/<metric>`.
 
     `success_rate`, `mean_return`, `turns` and `context_limit_rate` average over episodes; `valid_action_rate` is
-    valid actions over attempted actions and `format_error_rate` format errors over turns, both pooled.
+    valid actions over attempted actions, `format_error_rate` format errors over turns and `env_error_rate` actions
+    the environment failed to serve (`info["env_error"]`, e.g. a search server down) over attempted actions, all
+    pooled.
     """
     grouped: dict[str, list[dict[str, float]]] = defaultdict(list)
     for env, values in stats:
@@ -62,6 +72,8 @@ def aggregate_env_metrics(stats: Iterable[tuple[str, dict[str, float]]]) -> dict
         metrics[f"{env}/context_limit_rate"] = total["context_limited"] / count
         metrics[f"{env}/valid_action_rate"] = total["valid_actions"] / total["actions"] if total["actions"] else 0.0
         metrics[f"{env}/format_error_rate"] = total["format_errors"] / total["turns"] if total["turns"] else 0.0
+        env_errors = total.get("env_errors", 0.0)
+        metrics[f"{env}/env_error_rate"] = env_errors / total["actions"] if total["actions"] else 0.0
     return metrics
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
+from .reward_checks import empty_patience_message
+
 
 logger = logging.getLogger("trl_ragen2.grpo_trainer")
 
@@ -96,15 +98,7 @@ class EmptyStepGuard(TrainerCallback):
             control.should_training_stop = True
             if not self.stop_reported:
                 self.stop_reported = True
-                logger.warning(
-                    "SNR filter kept no prompt group for %d consecutive steps: every group's rollouts earned the same "
-                    "reward, so there is no learning signal left and training stops at step %d. To continue, give "
-                    "the filter variance to work with: raise num_generations, sample at a higher temperature, use a "
-                    "denser reward, set reward_variance_include_zero=True with reward_variance_top_p_mode='softmax', "
-                    "or set reward_variance_empty_patience=0 to never stop.",
-                    consecutive,
-                    state.global_step,
-                )
+                logger.warning(empty_patience_message(consecutive, state.global_step, self.trainer._empty_cause))
         return control
 
 

@@ -47,6 +47,7 @@ from .empty_steps import FILTER_STATE_FILE, EmptyStepGuard, FilterState
 from .filtering import filter_stats, group_reward_scores, select_groups
 from .grpo_config import SNRFilteredGRPOConfig
 from .micro_steps import MicroStep, chunk_windows, correct_trl_metrics, fill_chunks, loss_factors, plan_micro_steps
+from .reward_checks import check_finite_rewards, empty_step_cause, reward_function_error
 
 
 logger = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self._early_keep_used: torch.Tensor | None = None
         self._scoring_rows_skipped = 0
         self._generation_is_empty = False
+        self._empty_cause: str | None = None
         self._loss_scale = 1.0
         # Extra lines for the model card, e.g. {"Catalogue": "webshop-small-1k"}; recipes fill it.
         self.model_card_details: dict[str, str] = {}
@@ -170,7 +172,14 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         self._early_keep_used, self._early_keep = self._early_keep, None  # TRL's scoring passes are over
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        try:
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        except Exception as error:
+            named = reward_function_error(error, self.reward_funcs, self.reward_func_names)
+            if named is None:
+                raise
+            raise named from error
+        check_finite_rewards(rewards_per_func, self.reward_func_names)
         self._global_rewards_per_func = rewards_per_func  # (N_global, num_funcs), the same on every process
         return rewards_per_func
 
@@ -240,6 +249,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         filtered["num_items_in_batch"] = self.accelerator.gather(loss_token_count(filtered)).sum()
 
         empty = not bool(keep_groups.any())
+        self._empty_cause = empty_step_cause(rewards) if empty else None
         self._update_filter_state(empty)
         kept_fraction = keep_groups.float().mean().item()
         scaling = self.args.reward_variance_loss_scaling

@@ -33,7 +33,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from trl_ragen2_envs import make_env
-from trl_ragen2_envs.datasets import parse_env_config
+from trl_ragen2_envs.datasets import parse_env_config, row_seed
 from trl_ragen2_envs.prompts import initial_messages, parse_response, prompt_budget, reward_feedback, turn_prompt
 
 
@@ -80,12 +80,41 @@ class RolloutConfig:
 
     def __post_init__(self):
         for name in ("max_turns", "max_actions_per_turn", "max_tokens_per_turn"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_completion_tokens is not None and self.max_completion_tokens < 1:
-            raise ValueError(f"max_completion_tokens must be >= 1 or None, got {self.max_completion_tokens}")
-        if not math.isfinite(self.format_penalty):
-            raise ValueError(f"format_penalty must be finite, got {self.format_penalty}")
+            _check_count(name, getattr(self, name), optional=False)
+        for name in ("max_actions_per_episode", "prompt_max_tokens", "max_completion_tokens"):
+            _check_count(name, getattr(self, name), optional=True)
+        penalty = self.format_penalty
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not math.isfinite(penalty):
+            raise ValueError(
+                f"RolloutConfig.format_penalty must be a finite number, got {penalty!r}; RAGEN uses -0.1 (0 disables it)"
+            )
+        if not isinstance(self.think_prefix, str):
+            raise ValueError(
+                f"RolloutConfig.think_prefix must be text, got {self.think_prefix!r} "
+                f"({type(self.think_prefix).__name__}); RAGEN primes replies with '<think>' ('' for none)"
+            )
+        temperature = self.eval_temperature
+        if temperature is not None and (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, (int, float))
+            or not 0 < temperature < math.inf
+        ):
+            raise ValueError(
+                f"RolloutConfig.eval_temperature must be a positive number or None, got {temperature!r}; RAGEN "
+                "validates at 0.5, and None keeps the trainer's temperature"
+            )
+
+
+def _check_count(name: str, value: Any, *, optional: bool) -> None:
+    """A `ValueError` naming the `RolloutConfig` field unless `value` is an integer >= 1 (or None if `optional`)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        allowed = "an integer >= 1 or None (RAGEN's default)" if optional else "an integer >= 1"
+        raise ValueError(
+            f"RolloutConfig.{name} must be {allowed}, got {value!r} ({type(value).__name__}); see the RolloutConfig "
+            "docstring for RAGEN's values"
+        )
 
 
 @dataclass(frozen=True)
@@ -105,7 +134,7 @@ class EpisodeSpec:
                 f"dataset row is missing {missing}: rows for the RAGEN rollout need 'env', 'seed' and optionally "
                 "'env_config'; build them with trl_ragen2_envs.datasets.build_rows"
             )
-        return cls(env=str(row["env"]), seed=int(row["seed"]), env_config=parse_env_config(row.get("env_config")))
+        return cls(env=str(row["env"]), seed=row_seed(row["seed"]), env_config=parse_env_config(row.get("env_config")))
 
 
 @dataclass
@@ -130,6 +159,7 @@ class Episode:
     actions_valid: int = 0
     actions_total: int = 0
     format_errors: int = 0
+    env_errors: int = 0  # steps the environment's own machinery failed (info["env_error"], e.g. a search server down)
     success: bool = False
     finished: bool = False
     context_limited: bool = False
@@ -143,6 +173,7 @@ class Episode:
             "valid_actions": float(self.actions_valid),
             "actions": float(self.actions_total),
             "format_errors": float(self.format_errors),
+            "env_errors": float(self.env_errors),
             "context_limited": float(self.context_limited),
         }
 
@@ -350,6 +381,7 @@ class RolloutEngine:
         for action in parsed.actions:
             observation, reward, done, info = episode.env.step(action)
             episode.actions_total += 1
+            episode.env_errors += bool(info.get("env_error"))
             if info.get("action_is_valid", True):
                 episode.actions_valid += 1
                 episode.actions_left -= 1

@@ -4,7 +4,7 @@ from .answers import exact_match, normalize_answer, score_answer, token_f1
 from .env import SearchQAEnv, SearchQAToolEnv, parse_action
 from .hotpotqa import HotpotQuestion, load_hotpotqa
 from .questions import WorldQuestion, sample_question
-from .retrieval import BM25Retriever, HTTPRetriever, Passage, SearchHit, format_results
+from .retrieval import BM25Retriever, HTTPRetriever, Passage, RetrievalError, SearchHit, format_results
 from .world import World, build_world
 
 
@@ -22,6 +22,7 @@ __all__ = [
     "HTTPRetriever",
     "HotpotQuestion",
     "Passage",
+    "RetrievalError",
     "RetrievalServer",
     "SearchHit",
     "SearchQAEnv",

@@ -12,7 +12,9 @@ else 0; `info` carries `em`, `f1` and `success` (= exact match).
 Data. By default a procedural multi-hop world (`world.py`, fixed by `world_seed`): the seed of `reset` draws
 a bridge or comparison question over it. With `hotpotqa_path`, questions come from a HotpotQA file and the
 corpus is each question's own paragraphs (`corpus="question"`) or all loaded paragraphs (`corpus="global"`).
-Retrieval is BM25 in-process, or any server speaking RAGEN's API via `retriever_url` (see `server.py`).
+Retrieval is BM25 in-process, or any server speaking RAGEN's API via `retriever_url` (see `server.py`). A search
+the server cannot answer (after the client's retries) is a valid step whose results say the search engine is
+unavailable, with the cause in `info["env_error"]`; it never raises.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from ..tool_adapter import ToolEnvAdapter
 from .answers import score_answer
 from .hotpotqa import HotpotQuestion, global_passages, load_hotpotqa, question_passages
 from .questions import QUESTION_KINDS, sample_question
-from .retrieval import MAX_DOC_CHARS, MAX_TOTAL_CHARS, BM25Retriever, HTTPRetriever, format_results
+from .retrieval import MAX_DOC_CHARS, MAX_TOTAL_CHARS, BM25Retriever, HTTPRetriever, RetrievalError, format_results
 from .world import build_world
 
 
@@ -43,6 +45,9 @@ INSTRUCTIONS = (
     "look up the entity the question names, then the entity its page leads you to."
 )
 
+SEARCH_UNAVAILABLE = "The search engine is unavailable right now; no documents were retrieved. Try again."
+MAX_ERROR_CHARS = 500  # `info["env_error"]` is cut here
+
 TOOL_INSTRUCTIONS = (
     "Answer the question above. Use the search tool to look up passages in an encyclopedia (search one name "
     "or phrase at a time; many questions need two searches, the second for an entity found by the first), "
@@ -53,6 +58,11 @@ TOOL_INSTRUCTIONS = (
 ############################################################
 # Game logic (pure functions)
 ############################################################
+
+# Longer actions are refused before parsing, and longer queries and answers are cut, so no text the model writes
+# makes a step slow or an observation long. A 400-token reply (RAGEN's turn limit) stays far below both.
+MAX_ACTION_CHARS = 20_000
+MAX_ARGUMENT_CHARS = 2_000
 
 _VERB = re.compile(r"\b(search|finish)\s*\[", re.IGNORECASE)
 
@@ -68,10 +78,13 @@ class ParsedAction:
 def parse_action(text: object) -> ParsedAction | str:
     """The first `search[...]` or `finish[...]` in `text`, or the reason it has none.
 
-    Brackets may nest inside the argument (`search[Foo [band]]`); surrounding quotes are dropped.
+    Brackets may nest inside the argument (`search[Foo [band]]`); surrounding quotes are dropped. Text over
+    `MAX_ACTION_CHARS` is refused; the argument is cut to `MAX_ARGUMENT_CHARS`.
     """
     if not isinstance(text, str):
         return f"the action must be text, got {type(text).__name__}"
+    if len(text) > MAX_ACTION_CHARS:
+        return f"the action is {len(text)} characters long (at most {MAX_ACTION_CHARS})"
     match = _VERB.search(text)
     if match is None:
         return "no search[query] or finish[answer] action found"
@@ -81,7 +94,7 @@ def parse_action(text: object) -> ParsedAction | str:
         depth += char == "["
         depth -= char == "]"
         if depth == 0:
-            argument = text[start:position].strip().strip("\"'`").strip()
+            argument = text[start:position].strip().strip("\"'`").strip()[:MAX_ARGUMENT_CHARS]
             if not argument:
                 return f"{match.group(1).lower()}[] is empty"
             return ParsedAction(match.group(1).lower(), argument)
@@ -139,6 +152,8 @@ class SearchQAEnv(TextEnv):
         top_k: Passages shown per search.
         max_steps: Valid actions per episode.
         retriever_url: Search through a server speaking RAGEN's API instead of the local index.
+        retriever_timeout: Seconds the server may take to answer one try of a search.
+        retriever_retries: Further tries of a search that failed to connect, timed out or got 429/5xx.
         max_doc_chars: Characters shown per passage.
         max_total_chars: Characters shown per search.
     """
@@ -157,6 +172,8 @@ class SearchQAEnv(TextEnv):
         top_k: int = 3,
         max_steps: int = 10,
         retriever_url: str | None = None,
+        retriever_timeout: float = 10.0,
+        retriever_retries: int = 3,
         max_doc_chars: int = MAX_DOC_CHARS,
         max_total_chars: int = MAX_TOTAL_CHARS,
     ):
@@ -174,7 +191,7 @@ class SearchQAEnv(TextEnv):
         self.corpus, self.top_k, self.max_steps = corpus, top_k, max_steps
         self.max_doc_chars, self.max_total_chars = max_doc_chars, max_total_chars
         self.world_seed, self.world_scale = world_seed, float(world_scale)
-        self.remote = HTTPRetriever(retriever_url) if retriever_url else None
+        self.remote = HTTPRetriever(retriever_url, retriever_timeout, retriever_retries) if retriever_url else None
         self._hotpotqa_key = None
         if hotpotqa_path is not None:
             path = Path(hotpotqa_path).expanduser().resolve()
@@ -241,8 +258,12 @@ class SearchQAEnv(TextEnv):
             self.succeeded = score.em == 1.0
             info.update(em=score.em, f1=score.f1, success=self.succeeded, answer=parsed.argument)
             return self.render(), score.reward, True, info
-        hits = self.episode.retriever.search(parsed.argument, self.top_k)
-        results = format_results(hits, self.max_doc_chars, self.max_total_chars)
+        try:
+            hits = self.episode.retriever.search(parsed.argument, self.top_k)
+            results = format_results(hits, self.max_doc_chars, self.max_total_chars)
+        except RetrievalError as error:  # the search engine failed, not the agent: a step with no results
+            hits, results = [], SEARCH_UNAVAILABLE
+            info["env_error"] = str(error)[:MAX_ERROR_CHARS]
         self.last_results = f'Search results for "{parsed.argument}":\n{results}'
         info["num_results"] = len(hits)
         if self.steps >= self.max_steps:

@@ -13,7 +13,9 @@ runs with `log_path`) and shows them step by step.
 
 Safe defaults: binds to 127.0.0.1 (pass `--host 0.0.0.0` to expose it), escapes all product text (Jinja
 autoescape), and loads nothing from outside: local CSS and a local placeholder image instead of product photos.
-Needs Flask: `pip install "trl-ragen2[web]"`.
+Requests over 64 KiB get 413. The cookie holds only the session id: messages ("That did nothing: ...") stay on
+the server, cut to one line. `/replay` reads only regular `*.jsonl` files with plain names, skips lines it cannot
+use, and answers 404, never 500, for a name or episode it cannot show. Needs Flask: `pip install "trl-ragen2[web]"`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ from .episode_log import read_episodes
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 3000
 MAX_SESSIONS = 1000  # browser sessions kept in memory; the oldest is dropped beyond this
-LOG_NAME = re.compile(r"^[\w.-]+\.jsonl$")
+MAX_REQUEST_BYTES = 64 << 10  # a form post is a few hundred bytes; larger requests get 413
+MAX_MESSAGE_CHARS = 300  # a message shown to a person is cut here
+MAX_REPLAY_FILES = 200  # /replay lists the most recently written logs first, this many
+LOG_NAME = re.compile(r"^[\w.-]{1,200}\.jsonl$", re.ASCII)
+MAX_EPISODE_ID_CHARS = 200
 PAGE_TEMPLATES = {"search": "search.html", "results": "results.html", "item": "item.html", "done": "done.html"}
 
 
@@ -51,7 +57,18 @@ class _Episodes:
     def __init__(self, env_kwargs: dict[str, Any], log_dir: Path | None):
         self.env_kwargs, self.log_dir = env_kwargs, log_dir
         self._envs: OrderedDict[str, WebShopEnv] = OrderedDict()
+        # The message to show on a session's next page: kept here, not in the cookie (4 KB), and cut to a line.
+        self._messages: dict[str, str] = {}
         self.lock = threading.Lock()
+
+    def say(self, sid: str, message: str) -> None:
+        """Show `message` (cut to `MAX_MESSAGE_CHARS`) on the session's next page."""
+        self._messages[sid] = (
+            message if len(message) <= MAX_MESSAGE_CHARS else message[: MAX_MESSAGE_CHARS - 3] + "..."
+        )
+
+    def pop_message(self, sid: str) -> str | None:
+        return self._messages.pop(sid, None)
 
     def get(self, sid: str) -> WebShopEnv | None:
         env = self._envs.get(sid)
@@ -71,12 +88,30 @@ class _Episodes:
         self._envs[sid] = env
         self._envs.move_to_end(sid)
         while len(self._envs) > MAX_SESSIONS:
-            self._envs.popitem(last=False)
+            dropped, _ = self._envs.popitem(last=False)
+            self._messages.pop(dropped, None)
         return env
+
+
+def _log_files(logs: Path | None) -> list[Path]:
+    """The replayable logs of the folder: regular `*.jsonl` files with a plain name, newest first, at most
+    `MAX_REPLAY_FILES`."""
+    if logs is None:
+        return []
+    found = []
+    for path in logs.glob("*.jsonl"):
+        try:
+            if LOG_NAME.match(path.name) and path.is_file():
+                found.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    return [path for _, path in sorted(found, key=lambda item: (-item[0], item[1].name))[:MAX_REPLAY_FILES]]
 
 
 def _int_arg(value: str | None) -> int | None:
     if value is None or value.strip() == "":
+        return None
+    if len(value) > 20:  # no seed or goal index is this long (and int() of a huge string is slow)
         return None
     try:
         return int(value)
@@ -96,6 +131,7 @@ def create_app(
     here = Path(__file__).resolve().parent
     app = flask.Flask(__name__, template_folder=str(here / "templates"), static_folder=str(here / "static"))
     app.secret_key = secret_key or secrets.token_hex(32)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
     logs = Path(log_dir) if log_dir else None
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
@@ -122,7 +158,7 @@ def create_app(
                 "env": env,
                 "observation": env.render(),
                 "turn": env.turn,
-                "message": flask.session.pop("message", None),
+                "message": episodes.pop_message(session_id()),
             }
         return flask.render_template(PAGE_TEMPLATES.get(view["page"], "subpage.html"), **context)
 
@@ -134,7 +170,7 @@ def create_app(
             try:
                 episodes.start(session_id(), chosen_split, _int_arg(values.get("seed")), _int_arg(values.get("goal")))
             except ValueError as error:
-                flask.session["message"] = str(error)
+                episodes.say(session_id(), str(error))
                 episodes.start(session_id(), default_split, None, None)
         return flask.redirect(flask.url_for("index"))
 
@@ -149,23 +185,28 @@ def create_app(
             action = ""
         with episodes.lock:
             _, _, _, info = current_env().step(action)
-        if not info["action_is_valid"]:
-            flask.session["message"] = f"That did nothing: {info['invalid_reason']}."
+            if not info["action_is_valid"]:
+                episodes.say(session_id(), f"That did nothing: {info['invalid_reason']}.")
         return flask.redirect(flask.url_for("index"))
 
     @app.get("/replay")
     def replay_index():
         files = []
-        if logs is not None:
-            for path in sorted(logs.glob("*.jsonl")):
+        for path in _log_files(logs):
+            try:
                 files.append((path.name, list(read_episodes(path).items())))
+            except OSError:  # removed, unreadable or not a regular file: left out of the list
+                continue
         return flask.render_template("replay_index.html", files=files, log_dir=logs)
 
     @app.get("/replay/<name>/<episode>")
     def replay(name: str, episode: str):
-        if logs is None or not LOG_NAME.match(name) or not (logs / name).is_file():
+        if logs is None or not LOG_NAME.match(name) or len(episode) > MAX_EPISODE_ID_CHARS:
             flask.abort(404)
-        records = read_episodes(logs / name).get(episode)
+        try:
+            records = read_episodes(logs / name).get(episode)
+        except OSError:  # missing, unreadable or not a regular file
+            flask.abort(404)
         if not records:
             flask.abort(404)
         step = min(max(_int_arg(flask.request.args.get("step")) or 0, 0), len(records) - 1)
