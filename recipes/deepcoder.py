@@ -9,6 +9,9 @@
 
 Reward = fraction of tests passed, each run in an isolated, resource-limited process. Problems are
 generated offline; `--env_config '{"dataset": "humaneval"}'` uses HumanEval (`pip install "trl-ragen2[code]"`).
+The sandbox's isolation is probed at start, logged, and written on the model card and in `run_summary.json`;
+a machine that offers only weak isolation stops the run unless `--env_config '{"allow_weak_isolation": true}'`
+(see docs/environments/deepcoder.md).
 
 CPU smoke run (tiny offline model):
 
@@ -34,5 +37,13 @@ class DeepcoderScriptArguments(AgentScriptArguments):
     max_tokens_per_turn: int = field(default=2048, metadata={"help": "Generation limit per reply."})
 
 
+def main() -> None:
+    from trl_ragen2_envs.deepcoder import sandbox_isolation
+
+    script_args, training_args, model_args = parse_recipe_args(DeepcoderScriptArguments)
+    isolation = sandbox_isolation(**script_args.env_kwargs)  # refuses weak isolation unless it is allowed
+    train_agent(script_args, training_args, model_args, details={"Sandbox isolation": isolation})
+
+
 if __name__ == "__main__":
-    train_agent(*parse_recipe_args(DeepcoderScriptArguments))
+    main()

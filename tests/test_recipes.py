@@ -78,6 +78,12 @@ def test_task_recipe_one_step(tmp_path, task, extra):
     assert "steps: 1" in stdout
     summary = json.loads((out / "run_summary.json").read_text())
     assert f"ragen2/env/{task}/success_rate" in summary["final_metrics"]
+    if task == "deepcoder":  # how the programs were isolated, on the model card too
+        isolation = summary["details"]["Sandbox isolation"]
+        assert (
+            isolation.startswith(("bubblewrap", "unshare"))
+            and f"Sandbox isolation: {isolation}" in (out / "README.md").read_text()
+        )
     if "ppo" in extra:
         assert summary["details"]["Algorithm"] == "ppo" and "ragen2/ppo/value_loss" in summary["final_metrics"]
         assert (out / "critic" / "config.json").exists()
