@@ -144,6 +144,18 @@ def test_a_session_returns_plain_values_built_here(sandbox):
     assert f.execution.killed_by_judge and f.calls == 6
 
 
+def test_a_sandbox_that_cannot_start_fails_the_test_without_raising(sandbox, monkeypatch):
+    from trl_ragen2_envs.deepcoder import sandbox as sandbox_module
+
+    def no_processes_left(*args, **kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(sandbox_module, "HarnessProcess", no_processes_left)
+    for test in (CodeTest("stdio", output="1"), CodeTest("function", fn_name="f", expected=1)):
+        outcome = run_tests(sandbox, "def f():\n    return 1\nprint(1)", [test])[0]
+        assert outcome.status == "not_run" and "could not start" in outcome.detail
+
+
 def test_assertion_tests_use_a_private_random_and_the_prompt_helpers():
     code = (
         "def check(candidate):\n    import random\n    from random import randint\n"

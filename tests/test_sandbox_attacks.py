@@ -36,7 +36,8 @@ from trl_ragen2_envs.deepcoder import (
 )
 from trl_ragen2_envs.deepcoder import isolation as isolation_module
 from trl_ragen2_envs.deepcoder.identity import UidLease, kill_processes_of, remove_files_of
-from trl_ragen2_envs.deepcoder.isolation import executable_by_others, find_bwrap, origin_library_dirs, shared_copy
+from trl_ragen2_envs.deepcoder.isolation import find_bwrap
+from trl_ragen2_envs.deepcoder.shared_copy import executable_by_others, origin_library_dirs, shared_copy
 
 from .sandbox_attacks import ATTACKS, MODE_SETTINGS, ROOT, env_factory
 

@@ -211,6 +211,13 @@ def _raised(error: Exception, test: CodeTest) -> tuple[str, str]:
 
 def run_test(sandbox: Sandbox, program: str, test: CodeTest) -> TestOutcome:
     """Run one test of `program` in its own sandboxed process and judge it in this process."""
+    try:
+        return _run_test(sandbox, program, test)
+    except OSError as error:  # the machine could not start the sandbox (no processes, files or memory left)
+        return TestOutcome(False, "not_run", f"the sandbox could not start: {error}")
+
+
+def _run_test(sandbox: Sandbox, program: str, test: CodeTest) -> TestOutcome:
     timeout_s = sandbox.config.timeout_s
     if test.kind == "stdio":
         return judge(test, sandbox.run(program, stdin=test.input), timeout_s)
