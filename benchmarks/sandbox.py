@@ -6,9 +6,11 @@ python benchmarks/sandbox.py --runs 100 --queries 2000 --workers 4
 ```
 
 Sandbox: sandboxed test executions per second (one process per test: the harness, its limits and guard, and
-the isolation this machine supports), against a bare `subprocess.run([sys.executable, "-c", "pass"])`
-measured in the same run, the least a fresh interpreter costs. Settings: the default isolation (`auto`),
-without bubblewrap, and `run_tests` with several workers.
+the isolation), against a bare `subprocess.run([sys.executable, "-c", "pass"])` measured in the same run, the
+least a fresh interpreter costs. Settings: the default isolation with a stdio, a function and an assertion test
+(the last two call the program over the judge's pipes and compare here), each isolation mode this machine has
+(bubblewrap, unshare, and the weak uid-only mode), a mode without its per-execution memory cgroup (the cgroup's
+own cost), and `run_tests` with several workers.
 
 SearchQA: latency of one BM25 search over the default procedural world (about 2,400 passages), of one
 `search[...]` step (search plus formatting), and of one search over the loopback HTTP server, each as p50/p99,
@@ -22,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -42,23 +45,51 @@ def executions_per_second(run_once, runs: int) -> float:
     return runs / (time.perf_counter() - started)
 
 
+def _sandbox(label: str, **settings):
+    """A sandbox in one isolation mode, or None (with a line saying why) where this machine has no such mode."""
+    try:
+        return Sandbox(timeout_s=5.0, **settings)
+    except RuntimeError as error:  # IsolationUnavailable too
+        print(f"{label:<84} unavailable here: {str(error)[:80]}")
+        return None
+
+
 def bench_sandbox(runs: int, workers: int) -> None:
     bare = executions_per_second(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), runs)
-    print(f"{'bare subprocess.run(python -c pass)':<48} {bare:8.1f} runs/s   1.00x (baseline)")
-    test = CodeTest("stdio", input="21\n", output="42")
-    program = "print(int(input()) * 2)"
-    settings = {"sandbox, default isolation": {}, "sandbox, bubblewrap off": {"use_bubblewrap": False}}
-    for label, overrides in settings.items():
-        sandbox = Sandbox(timeout_s=5.0, **overrides)
-        rate = executions_per_second(lambda sandbox=sandbox: run_tests(sandbox, program, [test]), runs)
-        iso = sandbox.isolation
-        how = f"bwrap={'on' if iso.bwrap else 'off'}, own uid={'yes' if iso.drop_privileges else 'no'}"
-        print(f"{label + ' (' + how + ')':<48} {rate:8.1f} tests/s  {rate / bare:4.2f}x")
+    print(f"{'bare subprocess.run(python -c pass)':<84} {bare:8.1f} runs/s   1.00x (baseline)")
+    stdio = CodeTest("stdio", input="21\n", output="42")
+    function = CodeTest("function", fn_name="double", args=(21,), expected=42)
+    assertion = CodeTest("assertion", fn_name="double", code="def check(candidate):\n    assert candidate(21) == 42\n"
+                         "    assert candidate(-1) == -2\n\ncheck(double)")  # fmt: skip
+    programs = {"stdio": "print(int(input()) * 2)", "function": "def double(x):\n    return 2 * x"}
+    modes = {
+        "default (auto)": {},
+        "bubblewrap": {"use_bubblewrap": True, "use_unshare": False},
+        "unshare": {"use_bubblewrap": False, "use_unshare": True},
+        "uid only (weak)": {"use_bubblewrap": False, "use_unshare": False, "allow_weak_isolation": True},
+    }
+    for label, settings in modes.items():
+        sandbox = _sandbox(label, **settings)
+        if sandbox is None:
+            continue
+        kinds = [("stdio", stdio), ("function", function), ("assertion", assertion)] if label.startswith("default") \
+            else [("stdio", stdio)]  # fmt: skip
+        for kind, test in kinds:
+            program = programs["stdio" if kind == "stdio" else "function"]
+            rate = executions_per_second(lambda s=sandbox, p=program, t=test: run_tests(s, p, [t]), runs)
+            name = f"{label}: {kind} test ({sandbox.isolation.describe()})"
+            print(f"{name:<84} {rate:8.1f} tests/s  {rate / bare:4.2f}x")
+        if sandbox.isolation.cgroups is not None:  # the same mode without the per-execution memory cgroup
+            sandbox.isolation = replace(sandbox.isolation, cgroups=None)
+            rate = executions_per_second(lambda s=sandbox: run_tests(s, programs["stdio"], [stdio]), runs)
+            print(f"{label + ': stdio test, no memory cgroup':<84} {rate:8.1f} tests/s  {rate / bare:4.2f}x")
     sandbox = Sandbox(timeout_s=5.0)
-    batch = [test] * workers * 4
-    rate = executions_per_second(lambda: run_tests(sandbox, program, batch, max_workers=workers), max(runs // 8, 2))
+    batch = [stdio] * workers * 4
+    rate = executions_per_second(
+        lambda: run_tests(sandbox, programs["stdio"], batch, max_workers=workers), max(runs // 8, 2)
+    )
     rate *= len(batch)
-    print(f"{f'sandbox, run_tests with {workers} workers':<48} {rate:8.1f} tests/s  {rate / bare:4.2f}x")
+    print(f"{f'default, run_tests with {workers} workers':<84} {rate:8.1f} tests/s  {rate / bare:4.2f}x")
 
 
 # ----------------------------------------------------------------------------------------------------------------

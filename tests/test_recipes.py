@@ -117,7 +117,14 @@ def test_task_recipe_one_step(tmp_path, task, extra):
     assert "steps: 1" in stdout
     summary = json.loads((out / "run_summary.json").read_text())
     assert f"ragen2/env/{task}/success_rate" in summary["final_metrics"]
-    assert summary["details"] == {"Environment": task, "Algorithm": "ppo" if "ppo" in extra else "grpo"}
+    details = dict(summary["details"])
+    if task == "deepcoder":  # how the programs were isolated, on the model card too
+        isolation = details.pop("Sandbox isolation")
+        assert (
+            isolation.startswith(("bubblewrap", "unshare"))
+            and f"Sandbox isolation: {isolation}" in (out / "README.md").read_text()
+        )
+    assert details == {"Environment": task, "Algorithm": "ppo" if "ppo" in extra else "grpo"}
     if "ppo" in extra:
         assert "ragen2/ppo/value_loss" in summary["final_metrics"] and (out / "critic" / "config.json").exists()
     if "--use_peft" in extra:

@@ -2,21 +2,32 @@
 
 from .env import DeepCoderEnv, DeepCoderToolEnv
 from .extraction import assemble_program, extract_code, syntax_error
+from .isolation import Isolation, IsolationUnavailable, resolve_isolation
 from .judging import CodeTest, TestOutcome, format_feedback, outputs_match, run_tests, values_match
 from .problems import CodingProblem, load_deepcoder, load_humaneval
 from .procedural import FAMILIES, generate_problem
-from .sandbox import Execution, Sandbox, SandboxConfig
+from .sandbox import CandidateError, CandidateFailure, Execution, Sandbox, SandboxConfig, Session
+
+
+def sandbox_isolation(**env_config) -> str:
+    """How `DeepCoderEnv(**env_config)` would isolate programs here (probed once), for logs and model cards."""
+    return DeepCoderEnv(**env_config).isolation
 
 
 __all__ = [
     "FAMILIES",
+    "CandidateError",
+    "CandidateFailure",
     "CodeTest",
     "CodingProblem",
     "DeepCoderEnv",
     "DeepCoderToolEnv",
     "Execution",
+    "Isolation",
+    "IsolationUnavailable",
     "Sandbox",
     "SandboxConfig",
+    "Session",
     "TestOutcome",
     "assemble_program",
     "extract_code",
@@ -25,7 +36,9 @@ __all__ = [
     "load_deepcoder",
     "load_humaneval",
     "outputs_match",
+    "resolve_isolation",
     "run_tests",
+    "sandbox_isolation",
     "syntax_error",
     "values_match",
 ]

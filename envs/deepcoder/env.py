@@ -85,9 +85,15 @@ class DeepCoderEnv(TextEnv):
         total_timeout_s: Seconds one attempt may spend on tests; later tests count as failed.
         memory_mb: Address-space limit of a test process, in MiB.
         max_workers: Tests run at the same time.
-        max_code_chars: Longer answers are invalid actions.
+        max_code_chars: Longer programs are invalid actions.
+        max_answer_chars: Longer answers are invalid actions, rejected before any code is looked for.
         use_bubblewrap: `"auto"`, `True` or `False` (see `isolation.py`).
-        sandbox: A [`SandboxConfig`] overriding `timeout_s`, `memory_mb` and `use_bubblewrap`.
+        allow_weak_isolation: Run programs even where only a weak isolation mode works (see `isolation.py`);
+            without it such a machine raises `IsolationUnavailable`, naming what to install.
+        sandbox: A [`SandboxConfig`] overriding `timeout_s`, `memory_mb`, `use_bubblewrap` and
+            `allow_weak_isolation`.
+
+    `isolation` (and `isolation_level`, a number for metrics) tell how programs are isolated on this machine.
     """
 
     name = "deepcoder"
@@ -106,7 +112,9 @@ class DeepCoderEnv(TextEnv):
         memory_mb: int = 1024,
         max_workers: int = 1,
         max_code_chars: int = 50_000,
+        max_answer_chars: int = 200_000,
         use_bubblewrap: bool | str = "auto",
+        allow_weak_isolation: bool = False,
         sandbox: SandboxConfig | None = None,
     ):
         super().__init__()
@@ -115,7 +123,8 @@ class DeepCoderEnv(TextEnv):
         if dataset == "deepcoder" and data_path is None:
             raise ValueError("dataset='deepcoder' needs data_path, a DeepCoder-format .jsonl file")
         for field_name, value in (("num_tests", num_tests), ("max_attempts", max_attempts),
-                                  ("max_workers", max_workers), ("max_code_chars", max_code_chars)):  # fmt: skip
+                                  ("max_workers", max_workers), ("max_code_chars", max_code_chars),
+                                  ("max_answer_chars", max_answer_chars)):  # fmt: skip
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{field_name} must be a positive integer, got {value!r}")
         if num_tests < 2:
@@ -126,8 +135,10 @@ class DeepCoderEnv(TextEnv):
                 raise ValueError(f"families must name some of {sorted(FAMILIES)}, got {families!r}")
         self.dataset, self.families, self.num_tests = dataset, tuple(families or ()), num_tests
         self.max_attempts, self.max_workers, self.max_code_chars = max_attempts, max_workers, max_code_chars
+        self.max_answer_chars = max_answer_chars
         self.total_timeout_s = total_timeout_s
-        config = sandbox or SandboxConfig(timeout_s=timeout_s, memory_mb=memory_mb, use_bubblewrap=use_bubblewrap)
+        config = sandbox or SandboxConfig(timeout_s=timeout_s, memory_mb=memory_mb, use_bubblewrap=use_bubblewrap,
+                                          allow_weak_isolation=allow_weak_isolation)  # fmt: skip
         self.sandbox = Sandbox(config)
         self._file_key = None
         if dataset != "procedural":
@@ -142,6 +153,16 @@ class DeepCoderEnv(TextEnv):
         self.best_score = 0.0
         self.done = False
         self.feedback = ""
+
+    @property
+    def isolation(self) -> str:
+        """How programs are isolated here, e.g. `bubblewrap (own uid per run, memory cgroup v1)`."""
+        return self.sandbox.isolation.describe()
+
+    @property
+    def isolation_level(self) -> int:
+        """3 bubblewrap, 2 unshare, 1 uid, 0 none (see `isolation.py`)."""
+        return self.sandbox.isolation.level
 
     @property
     def instructions(self) -> str:
@@ -188,6 +209,12 @@ class DeepCoderEnv(TextEnv):
             return invalid_step(self.render(), "no episode has started; call reset()")
         if self.done:
             return finished_step(self.render(), self.best_score == 1.0)
+        if not isinstance(action, str):
+            return invalid_step(self.render(), f"the answer must be text, got {type(action).__name__}")
+        if len(action) > self.max_answer_chars:  # before any parsing: extraction must never see huge input
+            return invalid_step(
+                self.render(), f"the answer has {len(action)} characters; the limit is {self.max_answer_chars}"
+            )
         code = extract_code(action)
         if code is None:
             return invalid_step(self.render(), "no code found: answer with a program in a ```python block")

@@ -2,7 +2,8 @@
 
 `extract_code` prefers the last ```python (or ```py) block, then the last unlabelled block, then the last block
 of any language; a block left open at the end (a truncated answer) counts. Without fences the whole text is
-taken as code. `assemble_program` puts a problem's prefix (HumanEval's signature and docstring) in front,
+taken as code. Extraction takes time linear in the answer's length (no backtracking regex over the answer), and
+the env rejects over-long answers before extracting anything. `assemble_program` puts a problem's prefix (HumanEval's signature and docstring) in front,
 so both a full function and a bare body complete it. `syntax_error` reports a syntax error without running
 anything (`ast.parse` only).
 """
@@ -14,15 +15,39 @@ import re
 
 
 PYTHON_LABELS = {"python", "python3", "py", "py3"}
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.\-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_LABEL = re.compile(r"[ \t]*([A-Za-z0-9_+.\-]*)")
 _ANSWER_TAGS = re.compile(r"</?answer>")
+FENCE = "```"
+
+
+def code_blocks(text: str) -> list[tuple[str, str]]:
+    """`(label, body)` of every fenced block, in order, in one left-to-right pass (linear time).
+
+    A block opens with ```` ``` ```` and the rest of its line (the label is that line's leading word) and closes at
+    the next ```` ``` ```` or the end of the text. A fence with no line break after it opens nothing, and neither
+    can any later one, so the scan stops there.
+    """
+    blocks, position = [], 0
+    while True:
+        start = text.find(FENCE, position)
+        if start < 0:
+            return blocks
+        line_end = text.find("\n", start + len(FENCE))
+        if line_end < 0:
+            return blocks
+        label = _LABEL.match(text, start + len(FENCE), line_end).group(1)
+        close = text.find(FENCE, line_end + 1)
+        blocks.append((label, text[line_end + 1 : close if close >= 0 else len(text)]))
+        if close < 0:
+            return blocks
+        position = close + len(FENCE)
 
 
 def extract_code(text: str) -> str | None:
     """The program in `text`, or None when there is none (empty text or only empty blocks)."""
     if not isinstance(text, str):
         return None
-    blocks = [(label.lower(), body) for label, body in _FENCE.findall(text)]
+    blocks = [(label.lower(), body) for label, body in code_blocks(text)]
     if blocks:
         for wanted in (lambda label: label in PYTHON_LABELS, lambda label: label == "", lambda label: True):
             chosen = [body for label, body in blocks if wanted(label) and body.strip()]

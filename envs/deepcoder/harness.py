@@ -1,23 +1,25 @@
-"""The program that runs inside the sandbox: limits, guard, then one test of the candidate solution.
+"""The program that runs inside the sandbox: confinement, limits, guard, then the candidate solution.
 
-The parent copies this file into a fresh working directory and runs `python -I -B harness.py spec.bin` with
-an empty environment. It uses the standard library only, imports nothing from the package, and imports as
-little as it can before the candidate runs (interpreter start-up is most of an execution's cost). In order:
+The parent runs `python -I -B -c <this source> CONTROL_FD REPLY_FD` with an empty environment. It uses the
+standard library only and imports as little as it can before the candidate runs (interpreter start-up is most of
+an execution's cost). In order:
 
-1. read the spec (`spec.bin`, written by the parent with `marshal`) and, for function and assertion tests, a
-   one-time token from stdin (the harness echoes it in its result, which a forged result file would lack);
-2. apply the resource limits (`resource.setrlimit`, soft = hard, so the candidate cannot raise them);
-3. install the guard: dangerous `os`/`posix` functions raise `PermissionError` (so do the `shutil` helpers
-   built on them), `subprocess`,
-   `ctypes`, `socket`, `multiprocessing`, `resource` and friends cannot be imported, and files outside the
-   working directory cannot be opened for writing;
-4. run the test: `stdio` executes the program as `__main__` with the test's stdin; `function` executes it,
-   calls `fn_name(*args, **kwargs)` (or `Solution().fn_name` for LeetCode-style classes) and writes the return
-   value as JSON to `result.json`; `assertion` executes it, then the test code in the same namespace.
+1. write `ready` on the reply pipe and read the job from the control pipe (a length-prefixed `marshal` dict,
+   written by the trusted parent, which may first move this process into a memory cgroup);
+2. where the job asks for it, confine the process in new namespaces (`confine.py`, whose source comes with the
+   job) and change into the working directory;
+3. apply the resource limits (`resource.setrlimit`, soft = hard, so the candidate cannot raise them);
+4. install the guard: dangerous `os`/`posix` functions raise `PermissionError`, `subprocess`, `ctypes`, `socket`
+   and friends cannot be imported, and files outside the working directory cannot be opened for writing;
+5. `stdio`: execute the program as `__main__` (stdin is the test's input); `serve`: execute it, then answer call
+   requests (one JSON line each) with one JSON line each: the return value encoded by `plain.py`, or the
+   exception raised.
 
-The guard stops accidents and naive attempts; it is not a security boundary on its own (nothing written in
-Python inside the process can be). The boundary is the operating system's: a separate unprivileged user,
-rlimits, a new session killed as a whole, and bubblewrap namespaces when available.
+Nothing here decides a test. The judge reads replies as untrusted data, rebuilds plain values and compares them
+in its own process, so a candidate that patches this harness, `json` or `exec` can only change what it claims
+to return, as any program can. The guard stops accidents and naive attempts; it is not a security boundary
+(nothing in Python inside the process can be). The boundary is the operating system's: namespaces, a separate
+user, rlimits and a cgroup.
 """
 
 import builtins
@@ -105,36 +107,57 @@ def install_guard(workdir):
 
 
 ############################################################
-# Running one test
+# Pipes
 ############################################################
 
 
-def to_json(value, depth=0):
-    """A JSON-safe copy: tuples become lists, sets sorted lists, other objects `{"__repr__": repr(obj)}`."""
-    if depth > 100:
-        return {"__repr__": "<nested too deeply>"}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [to_json(item, depth + 1) for item in value]
-    if isinstance(value, (set, frozenset)):
-        items = [to_json(item, depth + 1) for item in value]
-        try:
-            return sorted(items)
-        except TypeError:
-            return items
-    if isinstance(value, dict):
-        return {str(key): to_json(item, depth + 1) for key, item in value.items()}
-    return {"__repr__": repr(value)[:1000]}
+def read_exactly(fd, size):
+    chunks = []
+    while size > 0:
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            raise EOFError("the judge closed the control pipe")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_job(fd):
+    size = int.from_bytes(read_exactly(fd, 8), "big")
+    return marshal.loads(read_exactly(fd, size))
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def read_line(stream):
+    """One request line, or None at the end of the stream (the judge is done)."""
+    line = stream.readline()
+    return line if line.endswith(b"\n") else None
+
+
+############################################################
+# Running the candidate
+############################################################
 
 
 def _error_text(error):
-    """`Type: message` plus the last lines of the traceback that fall in the solution or the test."""
+    """`Type: message` plus the last lines of the traceback that fall in the solution."""
     import traceback  # only when something failed: it costs milliseconds to import
 
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename in ("solution.py", "test.py")]
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == "solution.py"]
     where = "".join(traceback.format_list(frames[-3:]))
     return f"{where}{type(error).__name__}: {error}"[-2000:]
+
+
+def _raised(error):
+    if isinstance(error, SystemExit):
+        return {"raised": {"type": "SystemExit", "message": f"the solution exited ({error.code})", "traceback": ""}}
+    message = str(error)[-2000:] if not isinstance(error, RecursionError) else "maximum recursion depth exceeded"
+    return {"raised": {"type": type(error).__name__, "message": message, "traceback": _error_text(error)}}
 
 
 def _solution_namespace(source, name):
@@ -152,57 +175,99 @@ def _resolve(namespace, fn_name):
     raise NameError(f"the solution defines no function {fn_name!r} (nor a Solution class with that method)")
 
 
-def run_test(spec, source, token):
-    """Run one test; returns the result payload (function and assertion modes) or None (stdio)."""
-    mode = spec["mode"]
-    if mode == "stdio":
-        sys.argv = ["solution.py"]
-        try:
-            _solution_namespace(source, "__main__")
-        except SystemExit:
-            raise
-        except BaseException as error:  # report any failure of the candidate as a runtime error
-            sys.stderr.write(_error_text(error) + "\n")
-            try:
-                sys.stdout.flush()
-            finally:
-                os._exit(1)
-        return None
+def run_stdio(source):
+    """Execute the program as a script; a failure is reported on stderr with exit code 1."""
+    sys.argv = ["solution.py"]
     try:
-        namespace = _solution_namespace(source, "__solution__")
-        if mode == "function":
-            value = _resolve(namespace, spec["fn_name"])(*spec.get("args", []), **spec.get("kwargs", {}))
-            return {"token": token, "status": "ok", "value": to_json(value)}
-        exec(compile(spec["assertion"], "test.py", "exec"), namespace)
-        return {"token": token, "status": "ok"}
-    except SystemExit as error:
-        return {"token": token, "status": "error", "error": f"SystemExit: the solution exited ({error.code})"}
+        _solution_namespace(source, "__main__")
+    except SystemExit:
+        raise
+    except BaseException as error:  # report any failure of the candidate as a runtime error
+        sys.stderr.write(_error_text(error) + "\n")
+        try:
+            sys.stdout.flush()
+        finally:
+            os._exit(1)
+
+
+def serve(job, control, replies, codec):
+    """Load the program, then answer each call request until the judge closes the control pipe."""
+    import json  # before the candidate's functions run (it may plant its own `json` later; that changes nothing)
+
+    dumps, loads = json.dumps, json.loads
+    requests = os.fdopen(control, "rb", buffering=1 << 16)
+
+    def reply(payload):
+        try:
+            text = dumps(payload)
+        except (ValueError, RecursionError, OverflowError) as error:
+            text = dumps(_raised(error))
+        write_all(replies, text.encode("utf-8", "surrogatepass") + b"\n")
+
+    try:
+        function = _resolve(_solution_namespace(job["source"], "__solution__"), job["fn_name"])
     except BaseException as error:
-        return {"token": token, "status": "error", "exception": type(error).__name__, "error": _error_text(error)}
+        reply(_raised(error))
+        return
+    while True:
+        line = read_line(requests)
+        if line is None:
+            return
+        try:
+            request = codec["decode"](loads(line))
+            value = function(*request[0], **request[1])
+            payload = {"value": codec["encode"](value)}
+        except BaseException as error:  # the candidate's failure, reported to the judge
+            payload = _raised(error)
+        reply(payload)
+
+
+def probe_report(job):
+    """What the sandbox looks like from inside (used once, to check an isolation mode works)."""
+    status = {}
+    try:
+        with open("/proc/self/status") as f:
+            status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    except OSError:
+        pass
+    return {
+        "prefixes": [sys.prefix, sys.base_prefix, sys.exec_prefix],
+        "uid": os.getuid(),
+        "cap_eff": status.get("CapEff", "").strip(),
+        "host_visible": [path for path in job.get("hidden", ()) if os.path.exists(path)],
+    }
 
 
 def main():
-    """Read the spec, apply the limits and the guard, run the test; function and assertion modes write a result."""
-    with open(sys.argv[1], "rb") as f:
-        spec = marshal.load(f)
-    with open(spec["solution"], encoding="utf-8") as f:
-        source = f.read()
-    token, dumps = "", None
-    if spec["mode"] != "stdio":
-        import json  # before the candidate runs, so it cannot plant its own `json`
+    """Handshake, read the job, confine, limit, guard, run."""
+    control, replies = int(sys.argv[1]), int(sys.argv[2])
+    write_all(replies, b"ready\n")
+    job = read_job(control)
+    if job.get("confine"):
+        namespace = {"__name__": "confine"}
+        exec(compile(job["confine"]["source"], "confine.py", "exec"), namespace)
+        namespace["confine"](job["confine"])  # returns in the confined worker only
+    if job.get("workdir"):
+        os.chdir(job["workdir"])
+    if job["mode"] == "probe":
+        import json
 
-        token, dumps = sys.stdin.readline().strip(), json.dumps
-    write_result = open  # the real `open`, kept before the guard replaces it
+        write_all(replies, json.dumps(probe_report(job)).encode() + b"\n")
+        return
+    codec = {}
+    if job["mode"] == "serve":
+        exec(compile(job["codec"], "plain.py", "exec"), codec)
     if hasattr(sys, "set_int_max_str_digits"):
         sys.set_int_max_str_digits(0)  # big integers print in full, as on judges (CPU time is limited anyway)
-    apply_limits(spec.get("limits", {}))
-    if spec.get("guard", True):
+    apply_limits(job.get("limits", {}))
+    if job.get("guard", True):
         install_guard(os.getcwd())
-    payload = run_test(spec, source, token)
-    if payload is not None:
-        text = dumps(payload)
-        with write_result(spec["result"], "w", encoding="utf-8") as f:
-            f.write(text)
+    if job["mode"] == "stdio":
+        os.close(control)
+        os.close(replies)
+        run_stdio(job["source"])
+    else:
+        serve(job, control, replies, codec)
     sys.stdout.flush()
 
 

@@ -5,12 +5,14 @@ Three kinds of test ([`CodeTest`]):
 - `stdio`: the program reads `input` on stdin; its stdout must match `output` token by token (whitespace
   and line breaks do not matter; numbers that parse as floats match within `FLOAT_TOLERANCE`);
 - `function`: `fn_name(*args, **kwargs)` must return `expected` (or one of `also_accept`), compared as JSON
-  values in this process (tuples equal lists, floats within `FLOAT_TOLERANCE`), never with the program's
-  own `==`, so a returned object cannot claim equality with everything;
-- `assertion`: test code (HumanEval's `check(candidate)` asserts) run after the program must not raise.
+  values in this process (tuples equal lists, floats within `FLOAT_TOLERANCE`);
+- `assertion`: test code (HumanEval's `check(candidate)` asserts) must not raise. It runs in this process after
+  the problem's trusted `context` (HumanEval's prompt), calling `fn_name` in the sandbox (`assertions.py`).
 
-`run_tests` runs each test in its own sandboxed process and classifies the outcome; the reward of an attempt
-is the fraction of tests passed.
+Function and assertion tests call the program through a sandbox session (`Sandbox.serve`): only plain values
+come back, rebuilt here, so every comparison uses Python's own `==` on built-in objects, and a returned object
+cannot claim equality with everything. `run_tests` runs each test in its own sandboxed process and classifies
+the outcome; the reward of an attempt is the fraction of tests passed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .sandbox import Execution, Sandbox
+from .assertions import run_assertion_test
+from .sandbox import CandidateFailure, Execution, Sandbox
 
 
 FLOAT_TOLERANCE = 1e-6
@@ -35,18 +38,19 @@ class CodeTest:
     kind: str
     input: str = ""  # stdio: stdin
     output: str = ""  # stdio: expected stdout
-    fn_name: str = ""  # function: the function (or Solution method) to call
+    fn_name: str = ""  # function: the function (or Solution method) to call; assertion: the one the test calls
     args: tuple = ()  # function: positional arguments (JSON values)
     kwargs: dict[str, Any] = field(default_factory=dict)  # function: keyword arguments
     expected: Any = None  # function: the return value
     also_accept: tuple = ()  # function: other accepted return values
-    code: str = ""  # assertion: test code run after the program
+    code: str = ""  # assertion: the test code (trusted: it runs in the judge's process)
+    context: str = ""  # assertion: trusted code run before it, e.g. HumanEval's prompt with its helpers
 
     def __post_init__(self) -> None:
         if self.kind not in TEST_KINDS:
             raise ValueError(f"test kind must be one of {TEST_KINDS}, got {self.kind!r}")
-        if self.kind == "function" and not self.fn_name:
-            raise ValueError("a function test needs fn_name")
+        if self.kind in ("function", "assertion") and not self.fn_name:
+            raise ValueError(f"a {self.kind} test needs fn_name (the function it calls), got {self.fn_name!r}")
         if self.kind == "assertion" and not self.code.strip():
             raise ValueError("an assertion test needs code")
 
@@ -118,6 +122,22 @@ def values_match(actual: Any, expected: Any) -> bool:
     return actual == expected
 
 
+def as_json_value(value: Any) -> Any:
+    """A plain value as the JSON value it stands for: tuples and sets become lists (sets sorted when they can
+    be), dict keys strings; what `values_match` compares with a test's JSON `expected`."""
+    if isinstance(value, (list, tuple)):
+        return [as_json_value(item) for item in value]
+    if isinstance(value, (set, frozenset)):
+        items = [as_json_value(item) for item in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return items
+    if isinstance(value, dict):
+        return {str(key): as_json_value(item) for key, item in value.items()}
+    return value
+
+
 def shorten(text: str, limit: int = 200) -> str:
     """`text` (or the repr of a non-string) cut to about `limit` characters, its full length noted when cut."""
     text = text if isinstance(text, str) else repr(text)
@@ -132,9 +152,11 @@ def shorten(text: str, limit: int = 200) -> str:
 def _failure(execution: Execution, timeout_s: float) -> TestOutcome | None:
     """The outcome when the process itself failed (time, memory, crash), else None."""
     wall = execution.wall_s
+    if execution.memory_exceeded:
+        return TestOutcome(False, "memory_limit", "memory limit exceeded (the program as a whole)", wall_s=wall)
     if execution.timed_out:
         return TestOutcome(False, "timeout", f"time limit exceeded ({timeout_s:g} s)", wall_s=wall)
-    if execution.signal_name in ("SIGXCPU", "SIGKILL"):
+    if execution.signal_name == "SIGXCPU" or (execution.signal_name == "SIGKILL" and not execution.killed_by_judge):
         return TestOutcome(False, "timeout", f"CPU time limit exceeded ({execution.signal_name})", wall_s=wall)
     last_line = execution.stderr.strip().splitlines()[-1] if execution.stderr.strip() else ""
     if "MemoryError" in last_line:
@@ -145,45 +167,79 @@ def _failure(execution: Execution, timeout_s: float) -> TestOutcome | None:
 
 
 def judge(test: CodeTest, execution: Execution, timeout_s: float) -> TestOutcome:
-    """Classify one execution of `test`."""
+    """Classify one execution of a stdio test."""
+    if test.kind != "stdio":
+        raise ValueError(f"judge() classifies stdio executions; {test.kind} tests are judged by run_test")
     failure = _failure(execution, timeout_s)
     if failure is not None:
         return failure
     wall = execution.wall_s
-    if test.kind == "stdio":
-        if execution.returncode != 0:
-            detail = shorten(execution.stderr.strip()[-600:], 600) or f"exit code {execution.returncode}"
-            return TestOutcome(False, "runtime_error", detail, shorten(execution.stdout), wall)
-        passed = outputs_match(execution.stdout, test.output)
-        return TestOutcome(passed, "passed" if passed else "wrong_answer", got=shorten(execution.stdout), wall_s=wall)
-    result = execution.result
-    if result is None:
-        reason = "; ".join(execution.notes) or "the program ended without a result"
-        stderr = execution.stderr.strip()[-400:]
-        return TestOutcome(False, "runtime_error", shorten(f"{reason}\n{stderr}".strip(), 600), wall_s=wall)
-    if result.get("status") != "ok":
-        error = shorten(str(result.get("error", "")), 600)
-        if test.kind == "assertion" and result.get("exception") == "AssertionError":
-            return TestOutcome(False, "wrong_answer", "an assertion of the test failed", wall_s=wall)
-        if result.get("exception") == "MemoryError":
-            return TestOutcome(False, "memory_limit", "memory limit exceeded (MemoryError)", wall_s=wall)
-        return TestOutcome(False, "runtime_error", error, wall_s=wall)
-    if test.kind == "assertion":
-        return TestOutcome(True, "passed", wall_s=wall)
-    value = result.get("value")
-    passed = any(values_match(value, accepted) for accepted in (test.expected, *test.also_accept))
-    return TestOutcome(passed, "passed" if passed else "wrong_answer", got=shorten(repr(value)), wall_s=wall)
+    if execution.returncode != 0:
+        detail = shorten(execution.stderr.strip()[-600:], 600) or f"exit code {execution.returncode}"
+        detail = "; ".join([*execution.notes, detail]) if execution.notes else detail
+        return TestOutcome(False, "runtime_error", detail, shorten(execution.stdout), wall)
+    passed = outputs_match(execution.stdout, test.output)
+    return TestOutcome(passed, "passed" if passed else "wrong_answer", got=shorten(execution.stdout), wall_s=wall)
+
+
+def _failed_call(failure: CandidateFailure, execution: Execution, timeout_s: float) -> TestOutcome:
+    """The outcome of a session whose program did not answer a call (timed out, died, or replied garbage)."""
+    wall = execution.wall_s
+    if failure.kind == "too_large":
+        return TestOutcome(False, "output_limit", f"the returned value is too large ({failure})", wall_s=wall)
+    if failure.kind == "malformed":
+        return TestOutcome(False, "runtime_error", str(failure), wall_s=wall)
+    if failure.kind == "timeout":
+        return TestOutcome(False, "timeout", f"time limit exceeded ({timeout_s:g} s)", wall_s=wall)
+    outcome = _failure(execution, timeout_s)
+    if outcome is not None:
+        return outcome
+    stderr = execution.stderr.strip()[-400:]
+    reason = "; ".join([*execution.notes, "the program ended without answering the call"])
+    return TestOutcome(False, "runtime_error", shorten(f"{reason}\n{stderr}".strip(), 600), wall_s=wall)
+
+
+def _raised(error: Exception, test: CodeTest) -> tuple[str, str]:
+    """`(status, detail)` for an exception out of a call or out of the test code."""
+    if isinstance(error, AssertionError) and test.kind == "assertion":
+        return "wrong_answer", "an assertion of the test failed"
+    if isinstance(error, MemoryError):
+        return "memory_limit", "memory limit exceeded (MemoryError)"
+    trace = getattr(error, "candidate_traceback", "")
+    return "runtime_error", shorten(trace or f"{type(error).__name__}: {error}", 600)
 
 
 def run_test(sandbox: Sandbox, program: str, test: CodeTest) -> TestOutcome:
-    """Run one test of `program` in its own sandboxed process and judge the execution."""
+    """Run one test of `program` in its own sandboxed process and judge it in this process."""
+    try:
+        return _run_test(sandbox, program, test)
+    except OSError as error:  # the machine could not start the sandbox (no processes, files or memory left)
+        return TestOutcome(False, "not_run", f"the sandbox could not start: {error}")
+
+
+def _run_test(sandbox: Sandbox, program: str, test: CodeTest) -> TestOutcome:
+    timeout_s = sandbox.config.timeout_s
     if test.kind == "stdio":
-        execution = sandbox.run(program, mode="stdio", stdin=test.input)
-    elif test.kind == "function":
-        execution = sandbox.run(program, mode="function", fn_name=test.fn_name, args=test.args, kwargs=test.kwargs)
-    else:
-        execution = sandbox.run(program, mode="assertion", assertion=test.code)
-    return judge(test, execution, sandbox.config.timeout_s)
+        return judge(test, sandbox.run(program, stdin=test.input), timeout_s)
+    failure, status, detail, got = None, "passed", "", ""
+    with sandbox.serve(program, test.fn_name) as session:
+        try:
+            if test.kind == "function":
+                value = session(*test.args, **test.kwargs)
+                got = shorten(repr(value))
+                accepted = (test.expected, *test.also_accept)
+                if not any(values_match(as_json_value(value), expected) for expected in accepted):
+                    status = "wrong_answer"
+            else:
+                run_assertion_test(session, test.fn_name, test.code, test.context)
+        except CandidateFailure as error:
+            failure = error
+        except Exception as error:  # raised by the program (mirrored here) or by the test code itself
+            status, detail = _raised(error, test)
+    execution = session.execution
+    if failure is not None:
+        return _failed_call(failure, execution, timeout_s)
+    return TestOutcome(status == "passed", status, detail, got, execution.wall_s)
 
 
 def run_tests(

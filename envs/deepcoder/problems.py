@@ -7,7 +7,8 @@ signature and docstring) and a reference solution (used by tests to prove the te
 trl-ragen2[code]`), or any file of that format (`task_id`, `prompt`, `entry_point`, `test`,
 `canonical_solution`; `.jsonl` or `.jsonl.gz`). Each top-level `assert` of `check(candidate)` becomes its own
 test (with the statements before it), so an attempt earns partial credit; a `check` with other structure
-stays one test. Asserts on a constant (`assert True`) are dropped.
+stays one test. Asserts on a constant (`assert True`) are dropped. The test code and the prompt (whose helper
+functions some tests call) run in the judge's process, the candidate in the sandbox (`assertions.py`).
 
 **DeepCoder format** (`load_deepcoder`): one JSON object per line (`.jsonl`, or a `.json` list, optionally
 gzipped) with
@@ -128,7 +129,10 @@ def humaneval_problem(record: dict[str, Any], where: str = "HumanEval record") -
         if not isinstance(record.get(key), str):
             raise ValueError(f"{where} has {key}={repr(record.get(key))[:60]}; HumanEval records need task_id, "
                              "prompt, entry_point and test (str)")  # fmt: skip
-    tests = tuple(CodeTest("assertion", code=code) for code in split_check(record["test"], record["entry_point"]))
+    tests = tuple(
+        CodeTest("assertion", fn_name=record["entry_point"], code=code, context=record["prompt"])
+        for code in split_check(record["test"], record["entry_point"])
+    )
     canonical = record.get("canonical_solution")
     statement = (
         f"Complete the Python function `{record['entry_point']}`:\n\n```python\n{record['prompt'].strip()}\n```"
