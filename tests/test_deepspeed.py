@@ -19,14 +19,14 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def plain_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("deepspeed")
-    torchrun("deepspeed_worker.py", str(out), "plain", nproc=1)
+    torchrun("deepspeed_worker.py", str(out), "plain", nproc=1, timeout=600)
     return out, torch.load(out / "plain.pt")
 
 
 @pytest.mark.parametrize("stage", [2, 3])
 def test_empty_steps_are_no_ops_under_zero(plain_run, stage):
     out, plain = plain_run
-    torchrun("deepspeed_worker.py", str(out), f"zero{stage}", nproc=1, env={"DS_ACCELERATOR": "cpu"})
+    torchrun("deepspeed_worker.py", str(out), f"zero{stage}", nproc=1, env={"DS_ACCELERATOR": "cpu"}, timeout=600)
     zero = torch.load(out / f"zero{stage}.pt")
     assert zero["skipped"] == plain["skipped"]
     assert 0.0 in zero["skipped"] and 1.0 in zero["skipped"], "the run needs real and empty optimizer steps"
