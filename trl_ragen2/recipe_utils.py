@@ -111,10 +111,10 @@ def build_datasets(env: str, env_config: dict[str, Any], num_train: int, num_eva
 
 
 def resolve_model_name(model_name_or_path: str) -> str:
-    """`"tiny"` becomes the folder of the offline tiny model (saved once); anything else is returned unchanged."""
-    from .tiny import is_tiny_model_name, tiny_model_path
+    """The offline names (`"tiny"`, `"smollm2-135m"`) become their cached folders; anything else is unchanged."""
+    from .cpu_models import resolve_local_model
 
-    return tiny_model_path() if is_tiny_model_name(model_name_or_path) else model_name_or_path
+    return resolve_local_model(model_name_or_path)
 
 
 def model_init_kwargs(model_args, training_args) -> dict[str, Any]:

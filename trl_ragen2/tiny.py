@@ -233,7 +233,8 @@ def load_model_and_tokenizer(
     Args:
         model_name_or_path (`str`):
             `"tiny"` for the offline tiny model (saved once under [`default_cache_dir`] and loaded from there, so it
-            has a path TRL can reload it from), otherwise anything `from_pretrained` accepts.
+            has a path TRL can reload it from), `"smollm2-135m"` for the offline SmolLM2-135M-Instruct (see
+            `trl_ragen2.cpu_models`), otherwise anything `from_pretrained` accepts.
         seed (`int`, defaults to `0`):
             Weight seed of the tiny model (ignored for pretrained models).
         dtype (`str` or `torch.dtype`, *optional*):
@@ -243,8 +244,9 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if is_tiny_model_name(model_name_or_path):
-        model_name_or_path = tiny_model_path(seed=seed)
+    from .cpu_models import resolve_local_model
+
+    model_name_or_path = resolve_local_model(model_name_or_path, seed=seed)  # "tiny", "smollm2-135m"
 
     tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
     if tokenizer.pad_token is None:

@@ -4,7 +4,8 @@ Naive cross-scoring runs every concatenation [x_m | z_n] through the model: M*N*
 over every position. [`TransformersCrossScorer`] instead
 
 1. runs each context x_m once (`use_cache=True`) and keeps its KV cache; the last position's logits give
-   log p(z_1 | x_m) for every chain at once;
+   log p(z_1 | x_m) for every chain at once. Contexts run in sorted order and each reuses the cached prefix it
+   shares with the one before it, so a history's earlier turns, a group's prompt and the system prompt run once;
 2. sorts the chains by length and cuts them into chunks whose rows x (|x_m| + longest chain) stay under
    `max_tokens_per_chunk`;
 3. per chunk, expands the cache to the chunk's rows (a broadcast view; the forward's concatenation copies it) and
@@ -86,16 +87,51 @@ def scoring_mode(model: torch.nn.Module):
         model.train(was_training)
 
 
+def _layer_types(*names: str) -> tuple[type, ...]:
+    try:
+        from transformers import cache_utils
+    except ImportError:  # pragma: no cover
+        return ()
+    return tuple(getattr(cache_utils, name) for name in names if hasattr(cache_utils, name))
+
+
+def _has_layers(cache, types: tuple[type, ...]) -> bool:
+    layers = getattr(cache, "layers", None)
+    return bool(types) and layers is not None and all(type(layer) in types for layer in layers)
+
+
+def _prefix_cache(cache, length: int):
+    """A view of the first `length` positions of a 1-row cache, or None where the cache type cannot be cut.
+
+    Only full-attention layers (`DynamicLayer`) qualify: a sliding-window layer has already dropped old positions.
+    `update` concatenates into new tensors, so feeding tokens after the view never changes `cache`.
+    """
+    if not _has_layers(cache, _layer_types("DynamicLayer")):
+        return None
+    prefix = copy.copy(cache)
+    prefix.layers = []
+    for layer in cache.layers:
+        layer = copy.copy(layer)
+        if layer.is_initialized:
+            layer.keys = layer.keys[..., :length, :]  # (1, kv_heads, length, head_dim)
+            layer.values = layer.values[..., :length, :]
+        prefix.layers.append(layer)
+    return prefix
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
 def _expand_cache(cache, rows: int):
     """A cache holding `rows` copies of a 1-row prefix cache, without copying the prefix where possible."""
-    try:
-        from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
-
-        viewable = (DynamicLayer, DynamicSlidingWindowLayer)
-    except ImportError:  # transformers versions without per-layer cache objects
-        viewable = ()
+    viewable = _layer_types("DynamicLayer", "DynamicSlidingWindowLayer")
     layers = getattr(cache, "layers", None)
-    if viewable and layers is not None and all(type(layer) in viewable for layer in layers):
+    if _has_layers(cache, viewable):
         expanded = copy.copy(cache)
         expanded.layers = []
         for layer in layers:
@@ -176,20 +212,25 @@ class TransformersCrossScorer:
         scores = torch.full(mask.shape, float("nan"), dtype=torch.float64)
         with scoring_mode(lm):
             device = next(backbone.parameters()).device
+            # Sorted contexts: each one shares the longest possible prefix with the one before it (histories of one
+            # rollout, rollouts of one prompt, the system prompt), whose KV cache it reuses.
+            order = sorted(range(len(contexts)), key=lambda c: list(contexts[c]))
             columns = tqdm(
-                enumerate(contexts),
+                ((c, contexts[c]) for c in order),
                 total=len(contexts),
                 desc="MI cross-scoring",
                 unit="context",
                 leave=False,
                 disable=not self.show_progress,
             )
+            self._previous = None  # (ids, 1-row cache) of the last context run, whose prefix the next one reuses
             for column, context in columns:
                 rows = mask[:, column].nonzero().flatten().tolist()
                 if rows:
                     scores[rows, column] = self._score_context(
                         backbone, head, list(context), [chains[r] for r in rows], device
                     )
+            self._previous = None
             if forward_calls_sync is not None:
                 self._pad_forward_calls(backbone, head, device, forward_calls_sync)
         return scores
@@ -230,11 +271,29 @@ class TransformersCrossScorer:
             chunks.append(current)
         return chunks
 
+    def _context_forward(self, backbone, context: list[int], device):
+        """`(hidden of the last position (1, H), cache of the whole context)`, reusing the previous context's prefix.
+
+        At least the last token always runs, so its hidden state is computed here.
+        """
+        reused, prefix = 0, None
+        if self._previous is not None:
+            reused = min(_common_prefix(self._previous[0], context), len(context) - 1)
+            prefix = _prefix_cache(self._previous[1], reused) if reused else None
+            reused = reused if prefix is not None else 0
+        kwargs = {"input_ids": torch.tensor([context[reused:]], device=device)}
+        if prefix is not None:
+            kwargs["cache"] = prefix
+            kwargs["position_ids"] = torch.arange(reused, len(context), device=device)[None]
+        hidden, cache = self._backbone(backbone, **kwargs)
+        self._previous = (context, cache)
+        return hidden[:, -1], cache
+
     def _score_context(self, backbone, head, context: list[int], chains, device) -> torch.Tensor:
         context_len = len(context)
-        hidden, cache = self._backbone(backbone, input_ids=torch.tensor([context], device=device))
+        last_hidden, cache = self._context_forward(backbone, context, device)
         self._calls["head"] += 1
-        last_logits = head(hidden[:, -1]).float()  # (1, V): predicts every chain's first token
+        last_logits = head(last_hidden).float()  # (1, V): predicts every chain's first token
         if self._softcap:
             last_logits = torch.tanh(last_logits / self._softcap) * self._softcap
         last_logps = last_logits.log_softmax(-1)[0]
