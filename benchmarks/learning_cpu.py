@@ -1,0 +1,314 @@
+"""Evidence of learning on CPU: SmolLM2-135M-Instruct gets better at FrozenLake through this library.
+
+Pipeline (`pip install "trl-ragen2[cpu-model]"`; every number comes from held-out seeds):
+
+1. **Before.** The instruct model plays `--eval_episodes` validation episodes (the RAGEN rollout, temperature 0.5).
+   It does not follow `<think>/<answer>`, so its success rate is about 0 and every GRPO group has zero variance.
+2. **Warm start.** The environment's own solver (breadth-first search on the map) plays `--sft_episodes` training
+   episodes through the same rollout (`ScriptedPolicy`), replying with a short input-specific reasoning and the next
+   two moves of a shortest path. The model is fine-tuned on those replies (loss on the assistant tokens only, the
+   rollout's `env_mask`), `--sft_epochs` epochs of AdamW.
+3. **GRPO.** From the warm-started weights, `SNRFilteredGRPOTrainer` with the RAGEN rollout trains `--grpo_steps`
+   steps twice on the same seeds and budget: SNR-filtered (top_p 0.9, the paper's linear rule, zero-variance groups
+   dropped) and unfiltered (`reward_variance_filtering=None`). Kept fraction, MI proxies and entropy are logged at
+   every step (`mi_every_n_steps=1`).
+4. **After.** Both GRPO policies and the warm start play the same validation episodes.
+
+Success rates carry 95% Wilson intervals over episodes. Figures: `docs/figures/learning_cpu_success.png` (success
+before/after) and `docs/figures/learning_cpu_curves.png` (reward, kept fraction, MI, entropy per step).
+
+    python benchmarks/learning_cpu.py                  # the documented run (seeds below)
+    python benchmarks/learning_cpu.py --quick          # a smoke check of the pipeline (minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+import time
+from collections import deque
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch  # noqa: E402
+
+
+ENV = "frozen_lake"
+MOVES = {(-1, 0): "Up", (1, 0): "Down", (0, -1): "Left", (0, 1): "Right"}
+
+
+# ------------------------------------------------------------------------------------------------ solver
+
+
+def shortest_path(lake, start: tuple[int, int]) -> list[str]:
+    """Moves of a shortest hole-free path from `start` to the goal (breadth-first search); `[]` if none."""
+    frontier, came_from = deque([start]), {start: None}
+    while frontier:
+        cell = frontier.popleft()
+        if cell == lake.goal:
+            break
+        for (dr, dc), _ in MOVES.items():
+            nxt = (cell[0] + dr, cell[1] + dc)
+            if 0 <= nxt[0] < lake.size and 0 <= nxt[1] < lake.size and nxt not in lake.holes and nxt not in came_from:
+                came_from[nxt] = cell
+                frontier.append(nxt)
+    if lake.goal not in came_from:
+        return []
+    moves, cell = [], lake.goal
+    while came_from[cell] is not None:
+        previous = came_from[cell]
+        moves.append(MOVES[(cell[0] - previous[0], cell[1] - previous[1])])
+        cell = previous
+    return moves[::-1]
+
+
+def solver_reply(episode, max_actions: int) -> str:
+    """The solver's reply after the rollout's `<think>`: where player and goal are, then the next moves."""
+    env = episode.env
+    moves = shortest_path(env.lake, env.player)[:max_actions] or ["Up"]
+    return f"I am at {env.player}, the goal is at {env.lake.goal}.</think><answer>{' || '.join(moves)}</answer>"
+
+
+# ------------------------------------------------------------------------------------------------ rollouts
+
+
+def specs(split: str, count: int):
+    from trl_ragen2.rollout import EpisodeSpec
+    from trl_ragen2_envs.datasets import build_rows
+
+    return [EpisodeSpec.from_row(row) for row in build_rows(ENV, split, count)]
+
+
+def play(model, tokenizer, episode_specs, rollout_config, *, temperature=0.5, policy=None):
+    """Play the episodes (model sampling, or a scripted policy); returns the finished episodes."""
+    from trl_ragen2.generation import ModelGeneration, ScriptedPolicy
+    from trl_ragen2.rollout import RolloutEngine
+
+    engine = RolloutEngine(tokenizer, rollout_config)
+    generate = (
+        ScriptedPolicy(policy, tokenizer)
+        if policy is not None
+        else ModelGeneration(model, tokenizer, temperature=temperature, batch_size=32)
+    )
+    return engine.run(episode_specs, generate)
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float, float]:
+    """Success rate and its 95% Wilson interval."""
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return p, centre - half, centre + half
+
+
+def evaluate(model, tokenizer, episode_specs, rollout_config) -> dict:
+    episodes = play(model, tokenizer, episode_specs, rollout_config)
+    wins = sum(int(e.stats()["success"]) for e in episodes)
+    rate, low, high = wilson(wins, len(episodes))
+    format_errors = sum(e.stats()["format_errors"] for e in episodes) / max(
+        1, sum(e.stats()["turns"] for e in episodes)
+    )
+    return {
+        "success": rate,
+        "ci_low": low,
+        "ci_high": high,
+        "episodes": len(episodes),
+        "format_error_rate": format_errors,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ warm start
+
+
+def warm_start(model, tokenizer, episodes, *, epochs: int, lr: float, batch_size: int, seed: int) -> list[float]:
+    """Fine-tune on the solver's episodes: cross-entropy on assistant tokens only (`env_mask` 1). Returns losses."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    examples = [(e.prompt_ids + e.completion_ids, [0] * len(e.prompt_ids) + e.env_mask) for e in episodes]
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(examples), generator=generator).tolist()
+        for start in range(0, len(order), batch_size):
+            batch = [examples[i] for i in order[start : start + batch_size]]
+            width = max(len(ids) for ids, _ in batch)
+            input_ids = torch.full((len(batch), width), tokenizer.pad_token_id)
+            labels = torch.full((len(batch), width), -100)
+            attention = torch.zeros(len(batch), width, dtype=torch.long)
+            for r, (ids, mask) in enumerate(batch):
+                input_ids[r, : len(ids)] = torch.tensor(ids)
+                attention[r, : len(ids)] = 1
+                labels[r, : len(ids)] = torch.where(torch.tensor(mask).bool(), torch.tensor(ids), -100)
+            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+# ------------------------------------------------------------------------------------------------ GRPO
+
+
+def grpo(model_dir: str, output_dir: str, args, *, filtered: bool) -> tuple[list[dict], object]:
+    """`args.grpo_steps` steps of SNRFilteredGRPOTrainer from `model_dir`; returns (per-step logs, trained model)."""
+    from datasets import Dataset
+
+    from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+    from trl_ragen2.agent_rollout import RagenRollout, env_return
+    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+    from trl_ragen2_envs.datasets import build_rows
+
+    rows_per_step = args.grpo_prompts * args.grpo_generations
+    config = SNRFilteredGRPOConfig(
+        output_dir=output_dir, **CPU_TRAINING_KWARGS, num_generations=args.grpo_generations,
+        per_device_train_batch_size=rows_per_step, max_steps=args.grpo_steps, learning_rate=args.grpo_lr,
+        beta=0.0, loss_type="dapo", temperature=1.0, logging_steps=1, save_strategy="no", seed=args.seed,
+        max_completion_length=args.max_turns * (args.max_tokens_per_turn + 150), disable_tqdm=True,
+        reward_variance_filtering="top_p" if filtered else None, reward_variance_top_p=0.9,
+        reward_variance_top_p_mode="linear", reward_variance_include_zero=False,
+        reward_variance_empty_patience=args.grpo_steps + 1, mi_every_n_steps=1, mi_num_samples=32,
+    )  # fmt: skip
+    train = Dataset.from_list(
+        build_rows(ENV, "train", args.grpo_prompts * args.grpo_steps, start_index=args.sft_episodes)
+    )
+    trainer = SNRFilteredGRPOTrainer(
+        model=model_dir, reward_funcs=env_return, args=config, train_dataset=train,
+        rollout_func=RagenRollout(rollout_config(args)),
+    )  # fmt: skip
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "reward" in entry]
+    return logs, trainer.model.eval()
+
+
+def rollout_config(args):
+    from trl_ragen2.rollout import RolloutConfig
+
+    return RolloutConfig(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn, eval_temperature=0.5)
+
+
+# ------------------------------------------------------------------------------------------------ figures
+
+
+def plot(results: dict, folder: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(folder, exist_ok=True)
+    names = ["base", "warm_start", "grpo_unfiltered", "grpo_filtered"]
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    rates = [results["eval"][n]["success"] for n in names]
+    errors = [[r - results["eval"][n]["ci_low"] for r, n in zip(rates, names, strict=True)],
+              [results["eval"][n]["ci_high"] - r for r, n in zip(rates, names, strict=True)]]  # fmt: skip
+    ax.bar(names, rates, yerr=errors, capsize=4, color=["gray", "tab:green", "tab:orange", "tab:blue"])
+    ax.set_ylabel("success rate (held-out seeds)")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"FrozenLake, SmolLM2-135M-Instruct, {results['eval']['base']['episodes']} episodes, 95% Wilson CI")
+    fig.tight_layout()
+    success_path = os.path.join(folder, "learning_cpu_success.png")
+    fig.savefig(success_path, dpi=120)
+    plt.close(fig)
+
+    keys = [("reward", "reward"), ("ragen2/filter/kept_fraction", "kept fraction"),
+            ("ragen2/mi/first_turn/retrieval_acc", "retrieval (first turn)"),
+            ("ragen2/mi/first_turn/mi_est", "MI-Est (first turn)"), ("entropy", "entropy")]  # fmt: skip
+    fig, axes = plt.subplots(1, len(keys), figsize=(3 * len(keys), 2.8))
+    for ax, (key, title) in zip(axes, keys, strict=True):
+        for name, color in (("grpo_filtered", "tab:blue"), ("grpo_unfiltered", "tab:orange")):
+            logs = results["logs"][name]
+            points = [(i + 1, entry[key]) for i, entry in enumerate(logs) if entry.get(key) is not None]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="o", markersize=3, color=color, label=name)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    curves_path = os.path.join(folder, "learning_cpu_curves.png")
+    fig.savefig(curves_path, dpi=120)
+    plt.close(fig)
+    return [success_path, curves_path]
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke check of the pipeline")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max_turns", type=int, default=3)
+    parser.add_argument("--max_tokens_per_turn", type=int, default=48)
+    parser.add_argument("--eval_episodes", type=int, default=100, help="validation seeds (held out)")
+    parser.add_argument("--sft_episodes", type=int, default=192, help="solver episodes (train seeds 0..N-1)")
+    parser.add_argument("--sft_epochs", type=int, default=2)
+    parser.add_argument("--sft_lr", type=float, default=5e-5)
+    parser.add_argument("--grpo_steps", type=int, default=8)
+    parser.add_argument("--grpo_prompts", type=int, default=4)
+    parser.add_argument("--grpo_generations", type=int, default=4)
+    parser.add_argument("--grpo_lr", type=float, default=2e-6)
+    parser.add_argument("--figures", default="docs/figures")
+    parser.add_argument("--out", default=None, help="write all numbers as JSON here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.eval_episodes, args.sft_episodes, args.sft_epochs, args.grpo_steps = 4, 8, 1, 1
+        args.grpo_prompts, args.grpo_generations, args.max_tokens_per_turn = 2, 2, 32
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ragen2.cpu_models import smollm2_path
+
+    began, cpu_began = time.perf_counter(), time.process_time()
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32).eval()
+    config = rollout_config(args)
+    held_out = specs("validation", args.eval_episodes)
+    results = {"settings": vars(args), "eval": {}, "logs": {}}
+
+    results["eval"]["base"] = evaluate(model, tokenizer, held_out, config)
+    print("base:", results["eval"]["base"])
+    demos = play(None, tokenizer, specs("train", args.sft_episodes), config,
+                 policy=lambda episode: solver_reply(episode, config.max_actions_per_turn))  # fmt: skip
+    results["solver_success"] = sum(e.stats()["success"] for e in demos) / len(demos)
+    losses = warm_start(model, tokenizer, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=8, seed=args.seed)
+    results["sft_loss_first_last"] = [losses[0], losses[-1]]
+    results["eval"]["warm_start"] = evaluate(model, tokenizer, held_out, config)
+    print("warm start:", results["eval"]["warm_start"], "solver success", results["solver_success"])
+
+    with tempfile.TemporaryDirectory() as scratch:
+        warm_dir = os.path.join(scratch, "warm_start")
+        model.save_pretrained(warm_dir)
+        tokenizer.save_pretrained(warm_dir)
+        del model
+        for name, filtered in (("grpo_filtered", True), ("grpo_unfiltered", False)):
+            torch.manual_seed(args.seed)
+            logs, trained = grpo(warm_dir, os.path.join(scratch, name), args, filtered=filtered)
+            results["logs"][name] = logs
+            results["eval"][name] = evaluate(trained, tokenizer, held_out, config)
+            print(f"{name}:", results["eval"][name])
+            del trained
+    results["wall_s"], results["cpu_s"] = time.perf_counter() - began, time.process_time() - cpu_began
+    print(json.dumps({k: v for k, v in results.items() if k != "logs"}, indent=2))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2, default=str)
+    if not args.quick:
+        for path in plot(results, args.figures):
+            print(f"wrote {path}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

