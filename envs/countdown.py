@@ -1,21 +1,27 @@
 """Countdown: combine the given numbers with + - * / into an expression that equals the target.
 
 One episode is one answer. The observation is RAGEN's `Target: 24, nums: [3, 5, 8, 1]`; the answer is an
-arithmetic expression such as `(8 - 5) * (1 + 7)`. Reward (RAGEN-2, paper §4.2):
+arithmetic expression such as `(8 - 5) * (1 + 7)`. Two reward rules (`reward_rule`):
 
-- 1.0: the expression uses exactly the given numbers (each once, as a multiset) and equals the target;
-- 0.1: it uses exactly the given numbers but has another value (division by zero included);
-- 0.0: it uses other numbers.
+`"ragen"` (default): RAGEN's Countdown scoring, reproduced exactly without `eval`.
 
-An answer that is not an expression of the accepted form (below) is an invalid action: reward 0, state
-unchanged, episode not over (the rollout's turn budget, 1 turn in RAGEN, decides whether the model may answer
-again). A valid answer ends the episode.
+- 0.0 unless the digit runs of the answer, read as integers, are exactly the given numbers (a multiset; any other
+  text is ignored, so `3 5 8 1` or `(3+5)*(8-1` pass this check);
+- then 1.0 if Python evaluates the answer to within 1e-5 of the target, else 0.1 (a syntax error, a division by
+  zero or any other failure included).
 
-Accepted expressions: non-negative integer literals (at most `MAX_LITERAL_DIGITS` digits), binary `+ - * /`,
-parentheses (nesting at most `MAX_NESTING` deep) and unary minus (`-3 + 8`, `-(3 - 8)`), at most
-`MAX_EXPRESSION_CHARS` characters. Nothing else: no `**`, `//`, `%`, decimals, names, calls or `=`. The
-expression is evaluated exactly with `fractions.Fraction` by a small recursive-descent parser (never `eval`), so
-`8 / (3 - 8 / 3) = 24` counts even though `8 / 3` is not an integer.
+Every answer ends the episode. RAGEN evaluates with `eval`; here [`python_arithmetic.evaluate`] reaches the same
+value for Python's arithmetic (literals, parentheses, `+ - * / // % ** << >> & | ^ ~`) within bounds on size,
+nesting and integer width, and refuses the rest (names, calls, attributes, comparisons...), which then scores 0.1
+(see the card's "Differences from RAGEN" for what that changes).
+
+`"strict"`: the library's own rule, for a clean signal. The answer must be an expression of a small grammar:
+non-negative integer literals (at most `MAX_LITERAL_DIGITS` digits), binary `+ - * /`, parentheses (nesting at
+most `MAX_NESTING` deep) and unary minus, at most `MAX_EXPRESSION_CHARS` characters, evaluated exactly with
+`fractions.Fraction` (so `8 / (3 - 8 / 3) = 24` counts). 1.0 when it uses exactly the given numbers and equals the
+target; 0.1 when it uses them but has another value (division by zero included); 0.0 when it uses other numbers.
+An answer outside the grammar is an invalid action: reward 0, state unchanged, episode not over (the rollout's turn
+budget, 1 turn in RAGEN, decides whether the model may answer again).
 
 Problems come from a procedural generator (default) or a local file in the Countdown-Tasks-3to4 format. The
 generator draws 3-4 integers in 1-99 from the environment's generator, builds a random expression over all of
@@ -28,6 +34,7 @@ which reproduces RAGEN's filter to +/- solvable problems. With a file, the probl
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
@@ -38,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from .base import StepResult, TextEnv, finished_step, invalid_step
+from .python_arithmetic import evaluate
 from .tool_adapter import ToolEnvAdapter
 
 
@@ -183,18 +191,63 @@ def evaluate_expression(text: str) -> Evaluation:
 
 
 def score_evaluation(evaluation: Evaluation, target: int, nums: list[int] | tuple[int, ...]) -> float:
-    """RAGEN's Countdown reward of a parsed expression."""
+    """The strict rule's reward of a parsed expression."""
     if Counter(evaluation.literals) != Counter(nums):
         return 0.0
     return CORRECT_REWARD if evaluation.value == target else FORMAT_REWARD
 
 
-def score_answer(answer: str, target: int, nums: list[int] | tuple[int, ...]) -> float:
-    """RAGEN's Countdown reward of an answer text (0 when it is not an accepted expression)."""
+def strict_score(answer: str, target: int, nums: list[int] | tuple[int, ...]) -> float:
+    """The strict rule's reward of an answer text (0 when it is not an accepted expression)."""
     try:
         return score_evaluation(evaluate_expression(answer), target, nums)
     except ExpressionError:
         return 0.0
+
+
+# RAGEN's format check reads each digit run with int(), which refuses more than 4,300 digits on CPython >= 3.11
+# (RAGEN runs Python 3.12), so a longer run fails the check there; it is written out here, whatever the interpreter.
+RAGEN_MAX_DIGITS = 4300
+_DIGIT_RUN = re.compile(r"\d+")  # Unicode decimal digits, as RAGEN's pattern
+
+
+def ragen_numbers_match(answer: str, nums: list[int] | tuple[int, ...]) -> bool:
+    """RAGEN's format check: the answer's digit runs, read as integers, are exactly `nums` (as multisets)."""
+    if not isinstance(answer, str):
+        return False  # RAGEN's regex raises on non-text, which its check counts as a mismatch
+    found = Counter()
+    for count, match in enumerate(_DIGIT_RUN.finditer(answer)):
+        run = match.group()
+        if count == len(nums) or len(run) > RAGEN_MAX_DIGITS:
+            return False  # one run too many (stop reading), or a run int() refuses
+        digits = run if run.isascii() else "".join(str(int(char)) for char in run)  # e.g. Arabic-Indic digits
+        found[digits.lstrip("0") or "0"] += 1  # the integer's canonical decimal text
+    return found == Counter(str(n) for n in nums)
+
+
+def ragen_value_matches(answer: str, target: int) -> bool:
+    """RAGEN's correctness check: the answer, evaluated as Python, is within 1e-5 of the target."""
+    try:
+        return abs(evaluate(answer) - target) < 1e-5
+    except Exception:  # noqa: BLE001 -- RAGEN counts every failure (syntax, arithmetic, refused) as not correct
+        return False
+
+
+def ragen_score(answer: str, target: int, nums: list[int] | tuple[int, ...]) -> float:
+    """RAGEN's Countdown reward of an answer text: 0, the format score 0.1, or 1."""
+    if not ragen_numbers_match(answer, nums):
+        return 0.0
+    return CORRECT_REWARD if ragen_value_matches(answer, target) else FORMAT_REWARD
+
+
+REWARD_RULES = ("ragen", "strict")
+
+
+def score_answer(answer: str, target: int, nums: list[int] | tuple[int, ...], reward_rule: str = "ragen") -> float:
+    """The reward of an answer text under `reward_rule` (`"ragen"` or `"strict"`, see the module docstring)."""
+    if reward_rule not in REWARD_RULES:
+        raise ValueError(f"reward_rule must be one of {REWARD_RULES}, got {reward_rule!r}")
+    return ragen_score(answer, target, nums) if reward_rule == "ragen" else strict_score(answer, target, nums)
 
 
 def solvable_with_plus_minus(target: int, nums: list[int] | tuple[int, ...]) -> bool:
@@ -326,6 +379,7 @@ class CountdownEnv(TextEnv):
         self,
         data_path: str | None = None,
         *,
+        reward_rule: str = "ragen",
         plus_minus_only: bool = False,
         min_numbers: int = 3,
         max_numbers: int = 4,
@@ -334,6 +388,12 @@ class CountdownEnv(TextEnv):
         max_problems: int | None = None,
     ) -> None:
         super().__init__()
+        if reward_rule not in REWARD_RULES:
+            raise ValueError(
+                f"reward_rule must be one of {REWARD_RULES}, got {reward_rule!r}; 'ragen' scores as RAGEN's "
+                "Countdown (the paper's numbers), 'strict' checks a small + - * / grammar exactly"
+            )
+        self.reward_rule = reward_rule
         if not 2 <= min_numbers <= max_numbers <= 8:
             raise ValueError(
                 f"need 2 <= min_numbers <= max_numbers <= 8, got min_numbers={min_numbers}, max_numbers={max_numbers}"
@@ -379,6 +439,8 @@ class CountdownEnv(TextEnv):
             raise RuntimeError("call reset() before step()")
         if self.done:
             return finished_step(self.observation, self.success, "the episode is over")
+        if self.reward_rule == "ragen":
+            return self._ragen_step(action)
         try:
             evaluation = evaluate_expression(action)
         except ExpressionError as error:
@@ -395,6 +457,15 @@ class CountdownEnv(TextEnv):
         info = {"success": self.success, "action_is_valid": True, "action_is_effective": reward > 0}
         return self.observation, reward, True, info
 
+    def _ragen_step(self, action: str) -> StepResult:
+        """RAGEN's step: every answer is valid and ends the episode; its reply names the points."""
+        reward = ragen_score(action, self.problem.target, self.problem.nums)
+        self.done, self.success = True, reward == CORRECT_REWARD
+        points = {CORRECT_REWARD: "1", FORMAT_REWARD: "0.1", 0.0: "0"}[reward]  # RAGEN's values are 1, 0.1 and 0
+        self.observation = f"Your answer get {points} points."
+        info = {"success": self.success, "action_is_valid": True, "action_is_effective": reward > 0}
+        return self.observation, reward, True, info
+
     def render(self) -> str:
         return self.observation
 
@@ -405,8 +476,8 @@ class CountdownEnv(TextEnv):
 class CountdownToolEnv(ToolEnvAdapter):
     """Countdown for `trl.GRPOTrainer(environment_factory=CountdownToolEnv)`: one `answer` tool.
 
-    `reset(**row)` reads `seed` and the optional `env_config` (JSON text or dict of `CountdownEnv` keywords) from
-    the dataset row; the reward is the environment's (1.0, 0.1 or 0).
+    `reset(**row)` reads `seed` and the optional `env_config` (JSON text or dict of `CountdownEnv` keywords, e.g.
+    `reward_rule`) from the dataset row; the reward is the environment's (1.0, 0.1 or 0).
     """
 
     env_class = CountdownEnv
