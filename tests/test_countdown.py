@@ -253,6 +253,10 @@ def test_solvable_with_plus_minus():
     assert solvable_with_plus_minus(4, [3, 5, 2])  # 5 + 2 - 3
     assert solvable_with_plus_minus(-10, [3, 5, 2])  # -3 - 5 - 2
     assert not solvable_with_plus_minus(30, [3, 5, 2])
+    # The documented difference: every number takes a sign. RAGEN's filter pads to four numbers and reads only the
+    # first four, so it would keep this record (1 + 2 + 3 + 4 = 10, the 100 ignored); Countdown-Tasks-3to4 has no
+    # record with more than four numbers.
+    assert not solvable_with_plus_minus(10, [1, 2, 3, 4, 100])
 
 
 # ---------------------------------------------------------------------------------------------------------------
