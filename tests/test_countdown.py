@@ -2,8 +2,10 @@
 
 import ast
 import json
+import re
 from collections import Counter
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -471,3 +473,38 @@ def test_grpo_trainer_runs_the_answer_tool(tiny_tokenizer, tiny_model, tmp_path)
     assert [env.get_reward() for env in trainer.environments] == [1.0, 1.0, 0.0, 0.0]
     assert metrics["rewards/CountdownToolEnv/mean"] == pytest.approx(0.5)
     assert metrics["tools/call_frequency"] == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The card's examples
+
+
+CARD = Path(__file__).resolve().parent.parent / "docs" / "environments" / "countdown.md"
+
+
+def card_rows(intro: str) -> list[tuple[list[str], float, str, str]]:
+    """(answers, reward, done, observation cell) of the table that follows the card line starting with `intro`."""
+    lines = CARD.read_text(encoding="utf-8").splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith(intro))
+    rows = []
+    for line in lines[start + 1 :]:
+        if rows and not line.startswith("|"):
+            break
+        if line.startswith("| `"):
+            answers, reward, done, observation = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            rows.append((re.findall(r"`([^`]*)`", answers), float(reward), done, observation))
+    return rows
+
+
+@pytest.mark.parametrize("reward_rule, intro", [("ragen", "The answer is an arithmetic"), ("strict", "With `reward")])
+def test_card_examples_are_what_the_environment_does(reward_rule, intro):
+    rows = card_rows(intro)
+    assert len(rows) >= 4
+    for answers, reward, done, observation_cell in rows:
+        for answer in answers:
+            env = CountdownEnv(reward_rule=reward_rule)
+            first = env.reset(seed=0)
+            observation, got_reward, got_done, _ = env.step(answer)
+            assert (got_reward, got_done) == (reward, done == "yes"), answer
+            shown = re.match(r"`([^`]*)`", observation_cell)
+            assert observation == (shown.group(1) if shown else first), answer

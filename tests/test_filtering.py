@@ -34,6 +34,17 @@ class TestGroupRewardScores:
         torch.testing.assert_close(std, var.sqrt())
         torch.testing.assert_close(var, torch.tensor([2.0, 0.0, 4.5]))
 
+    def test_std_equals_ragens_float32_std(self):
+        """RAGEN scores a group by `rewards.view(P, G).std(dim=-1)` in float32; metric="std" gives the same bits."""
+        generator = torch.Generator().manual_seed(0)
+        for num_generations in (2, 4, 8, 16):
+            binary = (torch.rand(64 * num_generations, generator=generator) < 0.5).float()
+            steps = torch.randint(-20, 100, (64 * num_generations,), generator=generator) / 10  # Sokoban-like
+            continuous = torch.randn(64 * num_generations, generator=generator) * 3
+            for rewards in (binary, steps, continuous):
+                ragen = rewards.view(-1, num_generations).std(dim=-1)
+                assert torch.equal(group_reward_scores(rewards, num_generations, metric="std"), ragen)
+
     def test_nan_rewards_are_ignored_within_their_group(self):
         nan = float("nan")
         rewards = torch.tensor([1.0, nan, 3.0, 5.0, nan, nan, 7.0, 7.0])

@@ -427,3 +427,24 @@ def test_grpo_trainer_runs_the_answer_tool(tiny_tokenizer, tiny_model, tmp_path)
     assert [env.get_reward() for env in trainer.environments] == [1.0, 1.0, 0.0, 0.0]
     assert metrics["rewards/MetaMathQAToolEnv/mean"] == pytest.approx(0.5)
     assert metrics["tools/call_frequency"] == pytest.approx(0.5)
+
+
+def test_card_examples_are_what_the_environment_does():
+    """The card's table of answers to `reset(seed=0)` under RAGEN's rule, checked against the environment."""
+    from pathlib import Path
+
+    card = Path(__file__).resolve().parent.parent / "docs" / "environments" / "metamathqa.md"
+    lines = card.read_text(encoding="utf-8").splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("The answer is the final value"))
+    table = lines[start + 2 :]  # after the blank line: the table, up to the next blank line
+    rows = [line for line in table[: table.index("")] if line.startswith("| `")]
+    assert len(rows) == 4
+    for row in rows:
+        answers, reward, done, observation = [cell.strip() for cell in row.strip().strip("|").split("|")]
+        for answer in re.findall(r"`([^`]*)`", answers):
+            env = make_env("metamathqa")
+            question = env.reset(seed=0)
+            got = env.step("" if answer == '""' else answer)
+            assert got[1:3] == (float(reward), done.startswith("yes")), answer
+            shown = re.match(r"`([^`]*)`", observation)
+            assert got[0] == (shown.group(1) if shown else question), answer
