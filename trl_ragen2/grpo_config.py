@@ -46,14 +46,15 @@ class SNRFilterArguments:
             mass, the paper's method), `"top_k"` or `"min_p"`. `None` disables filtering: the trainer then behaves
             exactly like its TRL parent.
         reward_variance_top_p (`float`, *optional*, defaults to `0.9`):
-            Mass share rho kept by `"top_p"`, in (0, 1]. The paper uses rho = 0.9 and finds 0.8-0.98 best.
+            Mass share rho kept by `"top_p"`, in (0, 1]. The paper uses rho = 0.9 and finds 0.8-0.98 best; 1.0 keeps
+            every candidate (RAGEN's "no filtering" value).
         reward_variance_top_k (`int`, `float` or `None`, *optional*, defaults to `None`):
             For `"top_k"`: an int is a number of groups (RAGEN's `top_k_abs`), a float in (0, 1] a fraction of the
-            groups, `int(k * P)` of them (RAGEN's `top_k`; `1.0` keeps them all). At least one group is kept. On the
-            command line `4` is a count and `0.25` or `1.0` a fraction. Table 9 ablates 0.25 and 0.5.
+            groups, `int(k * P)` of them (RAGEN's `top_k`; `1.0` keeps them all). At least one candidate is kept.
+            On the command line `4` is a count and `0.25` or `1.0` a fraction. Table 9 ablates 0.25 and 0.5.
         reward_variance_min_p (`float` or `None`, *optional*, defaults to `None`):
-            For `"min_p"`: keep groups scoring at least this share of the best group, in [0, 1]. Table 9 ablates
-            0.05 and 0.2.
+            For `"min_p"`, in [0, 1]: keep the groups scoring at least this share of the best group (with
+            `reward_variance_largest=False`: at most the smallest score divided by it). Table 9 ablates 0.05 and 0.2.
         reward_variance_top_p_mode (`str`, *optional*, defaults to `"linear"`):
             `"linear"` (the paper's cumulative-mass rule) or `"softmax"` (RAGEN's release scripts: cumulative
             softmax probability of the scores).
