@@ -14,18 +14,20 @@ from hypothesis import strategies as st
 
 from trl_ragen2_envs import make_env
 from trl_ragen2_envs.countdown import (
+    CountdownEnv,
+    CountdownToolEnv,
+    generate_problem,
+    load_problems,
+    solvable_with_plus_minus,
+)
+from trl_ragen2_envs.countdown_rules import (
     MAX_EXPRESSION_CHARS,
     MAX_NESTING,
     RAGEN_MAX_DIGITS,
-    CountdownEnv,
-    CountdownToolEnv,
     ExpressionError,
     evaluate_expression,
-    generate_problem,
-    load_problems,
     ragen_numbers_match,
     score_answer,
-    solvable_with_plus_minus,
 )
 from trl_ragen2_envs.python_arithmetic import MAX_DEPTH, MAX_SOURCE_CHARS
 
