@@ -1,21 +1,27 @@
 """Countdown: combine the given numbers with + - * / into an expression that equals the target.
 
 One episode is one answer. The observation is RAGEN's `Target: 24, nums: [3, 5, 8, 1]`; the answer is an
-arithmetic expression such as `(8 - 5) * (1 + 7)`. Reward (RAGEN-2, paper §4.2):
+arithmetic expression such as `(8 - 5) * (1 + 7)`. Two reward rules (`reward_rule`):
 
-- 1.0: the expression uses exactly the given numbers (each once, as a multiset) and equals the target;
-- 0.1: it uses exactly the given numbers but has another value (division by zero included);
-- 0.0: it uses other numbers.
+`"ragen"` (default): RAGEN's Countdown scoring, reproduced exactly without `eval`.
 
-An answer that is not an expression of the accepted form (below) is an invalid action: reward 0, state
-unchanged, episode not over (the rollout's turn budget, 1 turn in RAGEN, decides whether the model may answer
-again). A valid answer ends the episode.
+- 0.0 unless the digit runs of the answer, read as integers, are exactly the given numbers (a multiset; any other
+  text is ignored, so `3 5 8 1` or `(3+5)*(8-1` pass this check);
+- then 1.0 if Python evaluates the answer to within 1e-5 of the target, else 0.1 (a syntax error, a division by
+  zero or any other failure included).
 
-Accepted expressions: non-negative integer literals (at most `MAX_LITERAL_DIGITS` digits), binary `+ - * /`,
-parentheses (nesting at most `MAX_NESTING` deep) and unary minus (`-3 + 8`, `-(3 - 8)`), at most
-`MAX_EXPRESSION_CHARS` characters. Nothing else: no `**`, `//`, `%`, decimals, names, calls or `=`. The
-expression is evaluated exactly with `fractions.Fraction` by a small recursive-descent parser (never `eval`), so
-`8 / (3 - 8 / 3) = 24` counts even though `8 / 3` is not an integer.
+Every answer ends the episode. RAGEN evaluates with `eval`; here [`python_arithmetic.evaluate`] reaches the same
+value for Python's arithmetic (literals, parentheses, `+ - * / // % ** << >> & | ^ ~`) within bounds on size,
+nesting and integer width, and refuses the rest (names, calls, attributes, comparisons...), which then scores 0.1
+(see the card's "Differences from RAGEN" for what that changes).
+
+`"strict"`: the library's own rule, for a clean signal. The answer must be an expression of a small grammar:
+non-negative integer literals (at most `MAX_LITERAL_DIGITS` digits), binary `+ - * /`, parentheses (nesting at
+most `MAX_NESTING` deep) and unary minus, at most `MAX_EXPRESSION_CHARS` characters, evaluated exactly with
+`fractions.Fraction` (so `8 / (3 - 8 / 3) = 24` counts). 1.0 when it uses exactly the given numbers and equals the
+target; 0.1 when it uses them but has another value (division by zero included); 0.0 when it uses other numbers.
+An answer outside the grammar is an invalid action: reward 0, state unchanged, episode not over (the rollout's turn
+budget, 1 turn in RAGEN, decides whether the model may answer again).
 
 Problems come from a procedural generator (default) or a local file in the Countdown-Tasks-3to4 format. The
 generator draws 3-4 integers in 1-99 from the environment's generator, builds a random expression over all of
@@ -28,7 +34,6 @@ which reproduces RAGEN's filter to +/- solvable problems. With a file, the probl
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -38,6 +43,17 @@ from typing import Any
 import numpy as np
 
 from .base import StepResult, TextEnv, finished_step, invalid_step
+from .countdown_rules import (
+    CORRECT_REWARD,
+    FORMAT_REWARD,
+    MAX_LITERAL_DIGITS,
+    REWARD_RULES,
+    ExpressionError,
+    evaluate_expression,
+    ragen_score,
+    score_answer,  # noqa: F401 -- public here as before: the reward of an answer text under a rule
+    score_evaluation,
+)
 from .tool_adapter import ToolEnvAdapter
 
 
@@ -60,141 +76,6 @@ def render_problem(target: int, nums: list[int] | tuple[int, ...]) -> str:
 
 
 ### game logic (pure functions)
-
-MAX_EXPRESSION_CHARS = 256
-MAX_LITERAL_DIGITS = 6
-MAX_NESTING = 16
-CORRECT_REWARD = 1.0
-FORMAT_REWARD = 0.1
-
-
-class ExpressionError(ValueError):
-    """The text is not an expression of the accepted form."""
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """A parsed expression: its literals in order of appearance and its exact value (`None` on division by 0)."""
-
-    literals: tuple[int, ...]
-    value: Fraction | None
-
-
-def _tokenize(text: str) -> list[str]:
-    tokens, position = [], 0
-    while position < len(text):
-        char = text[position]
-        if char in " \t\r\n":
-            position += 1
-        elif char in "+-*/()":
-            if char in "*/" and text[position + 1 : position + 2] == char:
-                raise ExpressionError(f"{char * 2!r} is not allowed; use only + - * /")
-            tokens.append(char)
-            position += 1
-        elif "0" <= char <= "9":
-            end = position
-            while end < len(text) and "0" <= text[end] <= "9":
-                end += 1
-            if end - position > MAX_LITERAL_DIGITS:
-                raise ExpressionError(f"number {text[position:end][:20]}... has more than {MAX_LITERAL_DIGITS} digits")
-            tokens.append(text[position:end])
-            position = end
-        else:
-            raise ExpressionError(f"character {char!r} at position {position} is not allowed")
-    return tokens
-
-
-class _Parser:
-    """Recursive descent over `expr := term (('+'|'-') term)*`, `term := unary (('*'|'/') unary)*`,
-    `unary := '-' unary | '(' expr ')' | integer`. Division by zero poisons the value to `None`."""
-
-    def __init__(self, tokens: list[str]) -> None:
-        self.tokens, self.position, self.depth = tokens, 0, 0
-        self.literals: list[int] = []
-
-    def peek(self) -> str | None:
-        return self.tokens[self.position] if self.position < len(self.tokens) else None
-
-    def take(self) -> str:
-        token = self.peek()
-        if token is None:
-            raise ExpressionError("the expression ends too early")
-        self.position += 1
-        return token
-
-    def expression(self) -> Fraction | None:
-        value = self.term()
-        while self.peek() in ("+", "-"):
-            operator, right = self.take(), self.term()
-            if value is not None and right is not None:
-                value = value + right if operator == "+" else value - right
-            else:
-                value = None
-        return value
-
-    def term(self) -> Fraction | None:
-        value = self.unary()
-        while self.peek() in ("*", "/"):
-            operator, right = self.take(), self.unary()
-            if value is None or right is None or (operator == "/" and right == 0):
-                value = None
-            else:
-                value = value * right if operator == "*" else value / right
-        return value
-
-    def unary(self) -> Fraction | None:
-        token = self.take()
-        if token == "-":
-            self.depth += 1
-            if self.depth > MAX_NESTING:
-                raise ExpressionError(f"more than {MAX_NESTING} nested signs or parentheses")
-            value = self.unary()
-            self.depth -= 1
-            return None if value is None else -value
-        if token == "(":
-            self.depth += 1
-            if self.depth > MAX_NESTING:
-                raise ExpressionError(f"more than {MAX_NESTING} nested signs or parentheses")
-            value = self.expression()
-            if self.take() != ")":
-                raise ExpressionError("a '(' is not closed")
-            self.depth -= 1
-            return value
-        if token.isdigit():
-            self.literals.append(int(token))
-            return Fraction(int(token))
-        raise ExpressionError(f"expected a number, '-' or '(' but found {token!r}")
-
-
-def evaluate_expression(text: str) -> Evaluation:
-    """Parse and evaluate `text` exactly; raises `ExpressionError` when it is not an accepted expression."""
-    if not isinstance(text, str):
-        raise ExpressionError(f"the answer must be text, got {type(text).__name__}")
-    if len(text) > MAX_EXPRESSION_CHARS:
-        raise ExpressionError(f"the expression is longer than {MAX_EXPRESSION_CHARS} characters")
-    tokens = _tokenize(text)
-    if not tokens:
-        raise ExpressionError("the expression is empty")
-    parser = _Parser(tokens)
-    value = parser.expression()
-    if parser.position != len(tokens):
-        raise ExpressionError(f"unexpected {tokens[parser.position]!r} after a complete expression")
-    return Evaluation(literals=tuple(parser.literals), value=value)
-
-
-def score_evaluation(evaluation: Evaluation, target: int, nums: list[int] | tuple[int, ...]) -> float:
-    """RAGEN's Countdown reward of a parsed expression."""
-    if Counter(evaluation.literals) != Counter(nums):
-        return 0.0
-    return CORRECT_REWARD if evaluation.value == target else FORMAT_REWARD
-
-
-def score_answer(answer: str, target: int, nums: list[int] | tuple[int, ...]) -> float:
-    """RAGEN's Countdown reward of an answer text (0 when it is not an accepted expression)."""
-    try:
-        return score_evaluation(evaluate_expression(answer), target, nums)
-    except ExpressionError:
-        return 0.0
 
 
 def solvable_with_plus_minus(target: int, nums: list[int] | tuple[int, ...]) -> bool:
@@ -326,6 +207,7 @@ class CountdownEnv(TextEnv):
         self,
         data_path: str | None = None,
         *,
+        reward_rule: str = "ragen",
         plus_minus_only: bool = False,
         min_numbers: int = 3,
         max_numbers: int = 4,
@@ -334,6 +216,12 @@ class CountdownEnv(TextEnv):
         max_problems: int | None = None,
     ) -> None:
         super().__init__()
+        if reward_rule not in REWARD_RULES:
+            raise ValueError(
+                f"reward_rule must be one of {REWARD_RULES}, got {reward_rule!r}; 'ragen' scores as RAGEN's "
+                "Countdown (the paper's numbers), 'strict' checks a small + - * / grammar exactly"
+            )
+        self.reward_rule = reward_rule
         if not 2 <= min_numbers <= max_numbers <= 8:
             raise ValueError(
                 f"need 2 <= min_numbers <= max_numbers <= 8, got min_numbers={min_numbers}, max_numbers={max_numbers}"
@@ -379,6 +267,8 @@ class CountdownEnv(TextEnv):
             raise RuntimeError("call reset() before step()")
         if self.done:
             return finished_step(self.observation, self.success, "the episode is over")
+        if self.reward_rule == "ragen":
+            return self._ragen_step(action)
         try:
             evaluation = evaluate_expression(action)
         except ExpressionError as error:
@@ -395,6 +285,15 @@ class CountdownEnv(TextEnv):
         info = {"success": self.success, "action_is_valid": True, "action_is_effective": reward > 0}
         return self.observation, reward, True, info
 
+    def _ragen_step(self, action: str) -> StepResult:
+        """RAGEN's step: every answer is valid and ends the episode; its reply names the points."""
+        reward = ragen_score(action, self.problem.target, self.problem.nums)
+        self.done, self.success = True, reward == CORRECT_REWARD
+        points = {CORRECT_REWARD: "1", FORMAT_REWARD: "0.1", 0.0: "0"}[reward]  # RAGEN's values are 1, 0.1 and 0
+        self.observation = f"Your answer get {points} points."
+        info = {"success": self.success, "action_is_valid": True, "action_is_effective": reward > 0}
+        return self.observation, reward, True, info
+
     def render(self) -> str:
         return self.observation
 
@@ -405,8 +304,8 @@ class CountdownEnv(TextEnv):
 class CountdownToolEnv(ToolEnvAdapter):
     """Countdown for `trl.GRPOTrainer(environment_factory=CountdownToolEnv)`: one `answer` tool.
 
-    `reset(**row)` reads `seed` and the optional `env_config` (JSON text or dict of `CountdownEnv` keywords) from
-    the dataset row; the reward is the environment's (1.0, 0.1 or 0).
+    `reset(**row)` reads `seed` and the optional `env_config` (JSON text or dict of `CountdownEnv` keywords, e.g.
+    `reward_rule`) from the dataset row; the reward is the environment's (1.0, 0.1 or 0).
     """
 
     env_class = CountdownEnv

@@ -1,19 +1,26 @@
 """MetaMathQA: answer a math word problem; retries pay less.
 
-One episode is one problem. The observation is the question; the model answers with the final value, either bare
-(`42`) or MetaMathQA-style (`... The answer is: 42`). A correct answer at attempt index `a` (0-based) earns
-`1 / 2**a` and ends the episode; a wrong one earns 0, returns feedback, and uses up an attempt; the episode
-ends when `max_attempts` are spent. An empty answer is an invalid action (state unchanged, no attempt used).
+One episode is one problem. The observation is the question. A correct answer at attempt index `a` (0-based) earns
+`1 / 2**a` and ends the episode; a wrong one earns 0, returns feedback, and uses up an attempt; the episode ends
+when `max_attempts` are spent. An empty answer is an invalid action (state unchanged, no attempt used): RAGEN's
+rollout never passes an empty action to the environment.
 
 `max_attempts` defaults to 1: RAGEN-2's code runs MetaMathQA with one action per episode, which produced the
 paper's numbers, while the paper's Table 3 describes it as multi-turn; pass `max_attempts=3` (and the same
 `max_actions` to the prompt builders) for the retry variant.
 
-Checking: both sides are normalised (lower case, no whitespace, no `$`, no trailing `.`, no thousands
-separators, `\\boxed{}` unwrapped) and match when the strings are equal or both are the same number
-(`5 == 5.0 == 5.00`, `1/2 == 0.5 == \\frac{1}{2}`). `use_math_verify=True` also accepts what `math-verify`
-judges equivalent (LaTeX, algebra) within `math_verify_timeout_s` (2 s; an answer not judged in time is wrong, so
-`\\binom{10^{7}}{5*10^{6}}` cannot stall a rollout); it is in the `math` extra.
+Checking (`reward_rule`):
+
+- `"ragen"` (default): RAGEN's exact match. The whole answer, lower-cased with every whitespace character removed,
+  must equal the reference treated the same way; `12.`, `5.0` for `5` and `1/2` for `0.5` are wrong. For a
+  MetaMathQA record the reference is RAGEN's: everything after the first "The answer is: " of the response,
+  stripped (a record without that text can never be answered correctly).
+- `"lenient"`: the library's own normalised match. The answer is what follows the last "The answer is" (else the
+  whole reply); both sides are normalised (lower case, no whitespace, no `$`, no trailing `.`, no thousands
+  separators, `\\boxed{}` unwrapped) and match when the strings are equal or both are the same number
+  (`5 == 5.0 == 5.00`, `1/2 == 0.5 == \\frac{1}{2}`). `use_math_verify=True` also accepts what `math-verify` judges
+  equivalent (LaTeX, algebra) within `math_verify_timeout_s` (2 s; an answer not judged in time is wrong, so
+  `\\binom{10^{7}}{5*10^{6}}` cannot stall a rollout); it is in the `math` extra.
 
 Problems: procedural GSM-style word problems (default; several multi-step families, integer answers, numbers
 from the environment's generator; a substitute for the MetaMathQA data, which is not downloaded), or a local
@@ -46,6 +53,10 @@ INSTRUCTIONS = (
 TOOL_INSTRUCTIONS = "Solve the problem, then submit the final numeric answer with the `answer` tool."
 
 
+RAGEN_CORRECT = "Correct!"
+RAGEN_INCORRECT = "Incorrect. Please think again."
+
+
 def attempts_feedback(attempts_left: int) -> str:
     """The reply to a wrong answer, saying how many attempts are left."""
     if attempts_left == 0:
@@ -61,6 +72,7 @@ _BOXED = re.compile(r"\\boxed\{(.*)\}")
 _THOUSANDS = re.compile(r"-?[0-9]{1,3}(,[0-9]{3})+(\.[0-9]+)?")
 _DECIMAL = re.compile(r"-?([0-9]{1,40})?(\.[0-9]{1,40})?")
 _FRACTION = re.compile(r"(-?)(?:([0-9]{1,40})/([0-9]{1,40})|\\d?frac\{([0-9]{1,40})\}\{([0-9]{1,40})\})")
+REWARD_RULES = ("ragen", "lenient")
 MAX_ANSWER_CHARS = 1000  # longer answers are judged on their first characters only (bounds the checker's work)
 
 
@@ -107,6 +119,26 @@ def answers_match(predicted: str, reference: str) -> bool:
     return predicted_value is not None and predicted_value == reference_value
 
 
+RAGEN_ANSWER_MARKER = "The answer is: "
+
+
+def ragen_reference(response: str) -> str:
+    """RAGEN's reference answer of a MetaMathQA response: what follows its first "The answer is: ", stripped; empty
+    when the marker is missing (RAGEN then has no reference, and no answer is correct)."""
+    _, marker, rest = response.partition(RAGEN_ANSWER_MARKER)
+    return rest.strip() if marker else ""
+
+
+def ragen_normalize(text: str) -> str:
+    """RAGEN's normal form of an answer: stripped, lower-cased, then every whitespace character removed."""
+    return re.sub(r"\s+", "", text.strip().lower())
+
+
+def ragen_answers_match(answer: str, reference: str) -> bool:
+    """RAGEN's exact match: the normal forms are equal and the reference is not empty."""
+    return bool(reference) and ragen_normalize(answer) == ragen_normalize(reference)
+
+
 def math_verify_match(predicted: str, reference: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """`math-verify`'s judgement within `timeout_s` seconds, from any thread (`math_judge.py`); no verdict in
     time counts as not equal."""
@@ -115,11 +147,20 @@ def math_verify_match(predicted: str, reference: str, timeout_s: float = DEFAULT
 
 @dataclass(frozen=True)
 class MathProblem:
-    """One problem; `family` names the generator template, or the file format of a loaded record."""
+    """One problem; `family` names the generator template, or the file format of a loaded record.
+
+    `ragen_answer` is the reference of the `"ragen"` rule when it is not `answer`: for a MetaMathQA record, RAGEN's
+    reading of the response ([`ragen_reference`]; `""` when it has none).
+    """
 
     question: str
     answer: str
     family: str
+    ragen_answer: str | None = None
+
+    @property
+    def ragen_reference(self) -> str:
+        return self.answer if self.ragen_answer is None else self.ragen_answer
 
 
 # Each family draws its numbers from `rng` and returns (question, integer answer).
@@ -276,7 +317,9 @@ def problem_from_record(record: dict[str, Any], *, where: str) -> MathProblem:
     answer = solution.rsplit(marker, 1)[1].strip()
     if not answer:
         raise ValueError(f"{where}: field {field!r} has nothing after {marker!r}")
-    return MathProblem(question=question.strip(), answer=answer, family=family)
+    ragen_answer = ragen_reference(solution) if family == "metamathqa" else None
+    # The question is shown as stored, as RAGEN shows the record's query.
+    return MathProblem(question=question, answer=answer, family=family, ragen_answer=ragen_answer)
 
 
 @lru_cache(maxsize=8)
@@ -307,12 +350,23 @@ class MetaMathQAEnv(TextEnv):
         self,
         data_path: str | None = None,
         *,
+        reward_rule: str = "ragen",
         max_attempts: int = 1,
         use_math_verify: bool = False,
         math_verify_timeout_s: float = DEFAULT_TIMEOUT_S,
         families: list[str] | None = None,
     ) -> None:
         super().__init__()
+        if reward_rule not in REWARD_RULES:
+            raise ValueError(
+                f"reward_rule must be one of {REWARD_RULES}, got {reward_rule!r}; 'ragen' is RAGEN's exact match "
+                "(the paper's numbers), 'lenient' also accepts equal numbers written differently"
+            )
+        if use_math_verify and reward_rule != "lenient":
+            raise ValueError(
+                f"use_math_verify=True needs reward_rule='lenient', got reward_rule={reward_rule!r}; RAGEN's rule "
+                "is an exact string match"
+            )
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         timeout = math_verify_timeout_s
@@ -332,6 +386,7 @@ class MetaMathQAEnv(TextEnv):
         unknown = [family for family in chosen if family not in PROBLEM_FAMILIES]
         if unknown or not chosen:
             raise ValueError(f"families={families!r} must be a non-empty subset of {list(PROBLEM_FAMILIES)}")
+        self.reward_rule = reward_rule
         self.max_attempts = max_attempts
         self.use_math_verify = use_math_verify
         self.math_verify_timeout_s = float(timeout)
@@ -358,7 +413,10 @@ class MetaMathQAEnv(TextEnv):
         return self.observation
 
     def is_correct(self, answer: str) -> bool:
-        """Whether an extracted answer matches the current problem's reference answer."""
+        """Whether an answer matches the current problem's reference under the reward rule (`"lenient"`: the
+        extracted answer)."""
+        if self.reward_rule == "ragen":
+            return ragen_answers_match(answer, self.problem.ragen_reference)
         if answers_match(answer, self.problem.answer):
             return True
         return self.use_math_verify and math_verify_match(answer, self.problem.answer, self.math_verify_timeout_s)
@@ -369,17 +427,19 @@ class MetaMathQAEnv(TextEnv):
             raise RuntimeError("call reset() before step()")
         if self.done:
             return finished_step(self.observation, self.success, "the episode is over")
-        answer = extract_answer(action) if isinstance(action, str) else ""
-        if not normalize_answer(answer):
+        ragen = self.reward_rule == "ragen"
+        text = action if isinstance(action, str) else ""
+        answer = text if ragen else extract_answer(text)
+        if not (ragen_normalize(answer) if ragen else normalize_answer(answer)):
             return invalid_step(self.observation, "the answer is empty", attempt=self.attempt)
         attempt = self.attempt
         if self.is_correct(answer):
             reward, self.done, self.success = 1.0 / 2**attempt, True, True
-            self.observation = "Correct!"
+            self.observation = RAGEN_CORRECT
         else:
             reward, self.attempt = 0.0, attempt + 1
             self.done = self.attempt >= self.max_attempts
-            self.observation = attempts_feedback(self.max_attempts - self.attempt)
+            self.observation = RAGEN_INCORRECT if ragen else attempts_feedback(self.max_attempts - self.attempt)
         info = {"success": self.success, "action_is_valid": True, "action_is_effective": True, "attempt": attempt}
         return self.observation, reward, self.done, info
 

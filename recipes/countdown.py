@@ -7,8 +7,9 @@
 # ///
 """Train a Countdown agent with RAGEN-2 on TRL: SNR-aware filtering and MI collapse diagnostics.
 
-Countdown: combine the numbers with + - * / to reach the target. One turn; reward 1 for a correct expression, 0.1
-for a well-formed one over the right numbers, 0 otherwise. Problems are generated offline;
+Countdown: combine the numbers with + - * / to reach the target. One turn, scored as RAGEN's Countdown: 1 for an
+answer equal to the target, 0.1 for one using exactly the given numbers, 0 otherwise
+(`--env_config '{"reward_rule": "strict"}'` for the library's stricter rule). Problems are generated offline;
 `--env_config '{"data_path": "countdown.jsonl"}'` reads Countdown-Tasks-3to4.
 
 CPU smoke run (the offline tiny model, a couple of steps):

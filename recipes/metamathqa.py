@@ -8,8 +8,8 @@
 """Train a MetaMathQA agent with RAGEN-2 on TRL: SNR-aware filtering and MI collapse diagnostics.
 
 MetaMathQA: answer grade-school word problems. One attempt as in RAGEN's code (reward 1/2^attempt with
-`--env_config '{"max_attempts": 3}' --max_turns 3`). Problems are generated offline; `data_path` reads MetaMathQA or
-GSM8K files.
+`--env_config '{"max_attempts": 3}' --max_turns 3`), checked by RAGEN's exact match (`"reward_rule": "lenient"`
+also accepts `5.0` for `5`). Problems are generated offline; `data_path` reads MetaMathQA or GSM8K files.
 
 CPU smoke run (the offline tiny model, a couple of steps):
 

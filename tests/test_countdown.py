@@ -1,9 +1,11 @@
-"""Countdown: expression evaluator, RAGEN rewards, generator, file loader, env protocol and TRL adapter."""
+"""Countdown: RAGEN's scoring and the strict rule, generator, file loader, env protocol and TRL adapter."""
 
 import ast
 import json
+import re
 from collections import Counter
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,23 +14,109 @@ from hypothesis import strategies as st
 
 from trl_ragen2_envs import make_env
 from trl_ragen2_envs.countdown import (
-    MAX_EXPRESSION_CHARS,
-    MAX_NESTING,
     CountdownEnv,
     CountdownToolEnv,
-    ExpressionError,
-    evaluate_expression,
     generate_problem,
     load_problems,
-    score_answer,
     solvable_with_plus_minus,
 )
+from trl_ragen2_envs.countdown_rules import (
+    MAX_EXPRESSION_CHARS,
+    MAX_NESTING,
+    RAGEN_MAX_DIGITS,
+    ExpressionError,
+    evaluate_expression,
+    ragen_numbers_match,
+    score_answer,
+)
+from trl_ragen2_envs.python_arithmetic import MAX_DEPTH, MAX_SOURCE_CHARS
 
 from .tool_env_helpers import run_scripted_grpo_step
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Evaluator and rewards
+# RAGEN's rule (the default), worked out by hand from ragen/env/countdown/env.py: 0 unless the digit runs of the
+# answer, read with int(), are the numbers (sorted lists equal); then 1 if eval(answer) is within 1e-5 of the
+# target, else 0.1 (any exception included).
+
+N = [3, 5, 8, 1]  # target 24
+
+RAGEN_CASES = [
+    ("(5 - 3 + 1) * 8", 24, N, 1.0),  # runs 5 3 1 8; value 24
+    ("8*(1+5-3)", 24, N, 1.0),
+    ("  (5 - 3 + 1) * 8", 24, N, 1.0),  # eval strips leading spaces
+    ("\n(5 - 3 + 1) * 8", 24, N, 1.0),  # a blank first line is fine for eval
+    ("\n (5 - 3 + 1) * 8", 24, N, 0.1),  # an indented line is an IndentationError
+    ("3 + 5 + 8 + 1", 24, N, 0.1),  # the right numbers, value 17
+    ("3 5 8 1", 24, N, 0.1),  # the right numbers, a syntax error: the format score
+    ("(5 - 3 + 1) * 8)", 24, N, 0.1),  # odd brackets: the numbers match, eval fails
+    ("((5 - 3 + 1) * 8", 24, N, 0.1),
+    ("The answer: (5-3+1)*8", 24, N, 0.1),  # words make a syntax error; their digits would count
+    ("(5 - 3 + 1) * 8 = 24", 24, N, 0.0),  # runs 5 3 1 8 24: one number too many
+    ("3 * 8", 24, N, 0.0),  # numbers missing
+    ("(3 + 3) * (5 - 1)", 24, N, 0.0),  # 3 twice, 8 missing
+    ("", 24, N, 0.0),  # no digits
+    ("7 // 2 * 3", 9, [7, 2, 3], 1.0),  # // is evaluated: 3 * 3 (7 / 2 * 3 would be 10.5)
+    ("8 / (3 - 8 / 3)", 24, [8, 3, 8, 3], 1.0),  # 23.99999999999999 is within 1e-5
+    ("6 / (4 - 4)", 24, [4, 4, 6], 0.1),  # ZeroDivisionError
+    ("-3 + 5 + 2", 4, [3, 5, 2], 1.0),  # unary minus
+    ("1 + 2 / 3", 1, [1, 2, 3], 0.1),  # 1.667
+    ("2 ** 3 - 4", 4, [2, 3, 4], 1.0),  # ** is evaluated: 8 - 4
+    ("7 % 3", 1, [7, 3], 1.0),  # so is %
+    ("2.5 * 2", 5, [2, 5, 2], 1.0),  # runs 2 5 2; a float literal, 5.0
+    ("1_0", 10, [1, 0], 1.0),  # runs 1 and 0; Python reads 10
+    ("24+0j", 24, [24, 0], 1.0),  # a complex value: abs(0j) = 0
+    ("True+23", 24, [23], 1.0),  # True is 1
+    ("1/1000000", 0, [1, 1000000], 1.0),  # 1e-6 is within 1e-5 of 0
+    ("1/100000", 0, [1, 100000], 0.1),  # 1e-5 is not strictly within
+    ("007", 7, [7], 0.1),  # int("007") = 7 matches; eval refuses leading zeros
+    ("٢٤", 24, [24], 0.1),  # Arabic-Indic digits: int() reads 24, eval does not
+    ("x + 3", 3, [3], 0.1),  # NameError
+    ("abs(3 - 5)", 2, [3, 5], 0.1),  # no builtins in RAGEN's eval: an error
+    ("'2' '4'", 24, [2, 4], 0.1),  # a string, '24' - 24 is a TypeError
+    ("__import__('os')", 0, [0], 0.0),  # no digits
+    ("9**9**9", 24, [9, 9, 9], 0.1),  # far from 24 (eval would take minutes; refused here at once)
+    ("1e999 - 1e999", 0, [1, 999, 1, 999], 0.1),  # inf - inf is nan
+    ("0" * RAGEN_MAX_DIGITS + "3", 3, [3], 0.0),  # 4,301 digits: int() raises, the format check fails
+    ("0" * (RAGEN_MAX_DIGITS - 1) + "3", 3, [3], 0.1),  # 4,300 digits: int() reads 3; eval: leading zeros
+    ("1 " * 100_000, 1, [1], 0.0),  # 100,000 numbers for one
+    (None, 24, N, 0.0),  # not text: the regex raises, the check fails
+]
+
+
+@pytest.mark.parametrize("answer, target, nums, reward", RAGEN_CASES)
+def test_ragen_rewards_by_hand(answer, target, nums, reward):
+    assert score_answer(answer, target, nums) == reward  # "ragen" is the default rule
+
+
+@pytest.mark.parametrize(
+    "answer, target, nums, note",
+    [
+        ("5 > 3", 1, [5, 3], "a comparison, True - 1 == 0"),
+        ("(1).__add__(23)", 24, [1, 23], "a method call"),
+        ("24 if 1 else 0", 24, [24, 1, 0], "a conditional expression"),
+        ("24" + " " * MAX_SOURCE_CHARS, 24, [24], "longer than MAX_SOURCE_CHARS"),
+        ("-" * (MAX_DEPTH + 1) + "24", -24, [24], "nested deeper than MAX_DEPTH"),
+        ("2**20000 - 2**20000 + 24", 24, [2, 20000, 2, 20000, 24], "an intermediate wider than MAX_INT_BITS"),
+    ],
+)
+def test_ragen_differences_outside_the_evaluator(answer, target, nums, note):
+    """The documented difference: where RAGEN's eval reaches the target through Python outside the arithmetic
+    subset or beyond the bounds, it pays 1; the safe evaluator refuses, so the answer earns the format score."""
+    assert abs(eval(answer, {"__builtins__": None}, {}) - target) < 1e-5  # RAGEN's check (test-written strings)
+    assert score_answer(answer, target, nums) == 0.1
+
+
+def test_ragen_numbers_match_reads_runs_as_integers():
+    assert ragen_numbers_match("(05 - 3) * 8 + 1", [3, 5, 8, 1])  # "05" is 5
+    assert ragen_numbers_match("3,5;8 and 1", [1, 3, 5, 8])  # any separator, any order
+    assert not ragen_numbers_match("3 5 8", [3, 5, 8, 1])
+    assert not ragen_numbers_match("3 5 8 1 1", [3, 5, 8, 1])
+    assert ragen_numbers_match("0 + 00", [0, 0])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The strict rule (reward_rule="strict")
 
 
 @pytest.mark.parametrize(
@@ -60,8 +148,8 @@ from .tool_env_helpers import run_scripted_grpo_step
         ("3 5 +", 8, [3, 5], 0.0),
     ],
 )
-def test_rewards_by_hand(answer, target, nums, reward):
-    assert score_answer(answer, target, nums) == reward
+def test_strict_rewards_by_hand(answer, target, nums, reward):
+    assert score_answer(answer, target, nums, reward_rule="strict") == reward
 
 
 def test_evaluator_precedence_and_associativity():
@@ -149,7 +237,7 @@ def test_generated_targets_are_reachable_positive_integers(plus_minus_only):
         assert all(1 <= n <= 99 for n in problem.nums)
         assert 1 <= problem.target <= 1000
         # Solving check: the generating expression uses each number once and evaluates to the target.
-        assert score_answer(problem.solution, problem.target, problem.nums) == 1.0
+        assert score_answer(problem.solution, problem.target, problem.nums, reward_rule="strict") == 1.0
         if plus_minus_only:
             assert "*" not in problem.solution and "/" not in problem.solution
             assert solvable_with_plus_minus(problem.target, problem.nums)
@@ -169,6 +257,10 @@ def test_solvable_with_plus_minus():
     assert solvable_with_plus_minus(4, [3, 5, 2])  # 5 + 2 - 3
     assert solvable_with_plus_minus(-10, [3, 5, 2])  # -3 - 5 - 2
     assert not solvable_with_plus_minus(30, [3, 5, 2])
+    # The documented difference: every number takes a sign. RAGEN's filter pads to four numbers and reads only the
+    # first four, so it would keep this record (1 + 2 + 3 + 4 = 10, the 100 ignored); Countdown-Tasks-3to4 has no
+    # record with more than four numbers.
+    assert not solvable_with_plus_minus(10, [1, 2, 3, 4, 100])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -186,19 +278,21 @@ def test_observation_and_determinism_per_seed():
     assert first.action_vocabulary() is None
 
 
-def test_correct_answer_ends_episode():
-    env = CountdownEnv()
+@pytest.mark.parametrize("reward_rule, reply", [("ragen", "Your answer get 1 points."), ("strict", "Correct: ")])
+def test_correct_answer_ends_episode(reward_rule, reply):
+    env = CountdownEnv(reward_rule=reward_rule)
     env.reset(seed=5)
     observation, reward, done, info = env.step(env.problem.solution)
     assert (reward, done, info["success"], info["action_is_valid"]) == (1.0, True, True, True)
-    assert observation.startswith("Correct") and env.render() == observation
+    assert observation.startswith(reply) and env.render() == observation
     # after the end nothing more is scored
     _, reward, done, info = env.step(env.problem.solution)
     assert (reward, done, info["action_is_valid"]) == (0.0, True, False)
 
 
-def test_wrong_value_and_wrong_numbers():
-    env = CountdownEnv()
+@pytest.mark.parametrize("reward_rule", ["ragen", "strict"])
+def test_wrong_value_and_wrong_numbers(reward_rule):
+    env = CountdownEnv(reward_rule=reward_rule)
     env.reset(seed=6)
     plus_all = " + ".join(str(n) for n in env.problem.nums)
     expected = 1.0 if sum(env.problem.nums) == env.problem.target else 0.1
@@ -209,8 +303,19 @@ def test_wrong_value_and_wrong_numbers():
     assert (reward, done, info["success"], info["action_is_valid"]) == (0.0, True, False, True)
 
 
-def test_malformed_answer_is_invalid_and_keeps_state():
-    env = CountdownEnv()
+def test_ragen_rule_scores_every_answer_and_ends_the_episode():
+    env = CountdownEnv()  # reward_rule="ragen"
+    env.reset(seed=7)
+    nums = " ".join(str(n) for n in env.problem.nums)
+    assert env.step(nums) == ("Your answer get 0.1 points.", 0.1, True, {"success": False, "action_is_valid": True,
+                                                                         "action_is_effective": True})  # fmt: skip
+    env.reset(seed=7)
+    assert env.step("the answer is 24")[1:3] == (0.0, True)
+    assert env.render() == "Your answer get 0 points."
+
+
+def test_strict_rule_malformed_answer_is_invalid_and_keeps_state():
+    env = CountdownEnv(reward_rule="strict")
     observation = env.reset(seed=7)
     result = env.step("the answer is 24")
     assert result[:3] == (observation, 0.0, False)
@@ -224,6 +329,8 @@ def test_step_before_reset_is_a_programming_error():
 
 
 def test_constructor_validation():
+    with pytest.raises(ValueError, match="reward_rule must be one of \\('ragen', 'strict'\\), got 'exact'"):
+        CountdownEnv(reward_rule="exact")
     with pytest.raises(ValueError, match="min_numbers"):
         CountdownEnv(min_numbers=5, max_numbers=4)
     with pytest.raises(ValueError, match="max_target"):
@@ -231,13 +338,17 @@ def test_constructor_validation():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(st.text(max_size=300), st.text(alphabet="0123456789+-*/() .=x", max_size=60)))
-def test_step_never_raises(action):
-    env = CountdownEnv()
+@given(
+    action=st.one_of(st.text(max_size=300), st.text(alphabet="0123456789+-*/() .=x", max_size=60)),
+    reward_rule=st.sampled_from(["ragen", "strict"]),
+)
+def test_step_never_raises(action, reward_rule):
+    env = CountdownEnv(reward_rule=reward_rule)
     observation = env.reset(seed=3)
     problem = env.problem
     result_observation, reward, done, info = env.step(action)
     assert env.problem == problem
+    assert info["action_is_valid"] or reward_rule == "strict", "RAGEN's rule accepts every answer"
     if info["action_is_valid"]:
         assert done and reward in (0.0, 0.1, 1.0)
     else:
@@ -331,7 +442,7 @@ def test_tool_env_contract():
     assert schema["function"]["parameters"]["required"] == ["expression"]
     assert schema["function"]["parameters"]["properties"]["expression"]["type"] == "string"
 
-    tool_env = CountdownToolEnv()
+    tool_env = CountdownToolEnv(reward_rule="strict")  # constructor keywords apply to every row
     text = tool_env.reset(prompt=[], seed=9, env_config='{"plus_minus_only": true}', split="train")
     problem = tool_env.env.problem
     assert text.startswith(f"Target: {problem.target}, nums: {list(problem.nums)}")
@@ -344,6 +455,10 @@ def test_tool_env_contract():
     assert "already answered" in tool_env.answer("1")
     tool_env.reset(seed=9, env_config={"plus_minus_only": True})
     assert tool_env.get_reward() == 0.0 and tool_env.env.problem == problem  # same seed, same puzzle
+    ragen = CountdownToolEnv()
+    ragen.reset(seed=9, env_config={"plus_minus_only": True})
+    assert ragen.answer("2 ** 99999") == "Your answer get 0 points."  # RAGEN's rule: scored, and over
+    assert "already answered" in ragen.answer(problem.solution) and ragen.get_reward() == 0.0
 
 
 def test_grpo_trainer_runs_the_answer_tool(tiny_tokenizer, tiny_model, tmp_path):
@@ -360,3 +475,38 @@ def test_grpo_trainer_runs_the_answer_tool(tiny_tokenizer, tiny_model, tmp_path)
     assert [env.get_reward() for env in trainer.environments] == [1.0, 1.0, 0.0, 0.0]
     assert metrics["rewards/CountdownToolEnv/mean"] == pytest.approx(0.5)
     assert metrics["tools/call_frequency"] == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The card's examples
+
+
+CARD = Path(__file__).resolve().parent.parent / "docs" / "environments" / "countdown.md"
+
+
+def card_rows(intro: str) -> list[tuple[list[str], float, str, str]]:
+    """(answers, reward, done, observation cell) of the table that follows the card line starting with `intro`."""
+    lines = CARD.read_text(encoding="utf-8").splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith(intro))
+    rows = []
+    for line in lines[start + 1 :]:
+        if rows and not line.startswith("|"):
+            break
+        if line.startswith("| `"):
+            answers, reward, done, observation = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            rows.append((re.findall(r"`([^`]*)`", answers), float(reward), done, observation))
+    return rows
+
+
+@pytest.mark.parametrize("reward_rule, intro", [("ragen", "The answer is an arithmetic"), ("strict", "With `reward")])
+def test_card_examples_are_what_the_environment_does(reward_rule, intro):
+    rows = card_rows(intro)
+    assert len(rows) >= 4
+    for answers, reward, done, observation_cell in rows:
+        for answer in answers:
+            env = CountdownEnv(reward_rule=reward_rule)
+            first = env.reset(seed=0)
+            observation, got_reward, got_done, _ = env.step(answer)
+            assert (got_reward, got_done) == (reward, done == "yes"), answer
+            shown = re.match(r"`([^`]*)`", observation_cell)
+            assert observation == (shown.group(1) if shown else first), answer

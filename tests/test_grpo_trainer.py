@@ -282,7 +282,20 @@ def test_evaluation_is_never_filtered(tmp_path, tiny_tokenizer):
     [
         ({"reward_variance_filtering": "top_q"}, "reward_variance_filtering must be one of"),
         ({"reward_variance_top_p": 1.2}, "reward_variance_top_p must be in \\(0, 1\\], got 1.2"),
-        ({"reward_variance_filtering": "top_k"}, "reward_variance_top_k must be > 0"),
+        ({"reward_variance_filtering": "top_k"}, "reward_variance_top_k must be set .* got None; pass a number"),
+        (
+            {"reward_variance_filtering": "top_k", "reward_variance_top_k": 2.0},
+            "reward_variance_top_k=2.0 is a float, so it is a fraction .* in \\(0, 1\\]; for a number of groups pass "
+            "an int \\(e.g. reward_variance_top_k=4\\)",
+        ),
+        (
+            {"reward_variance_filtering": "top_k", "reward_variance_top_k": 0},
+            "reward_variance_top_k must be >= 1 when it is an int \\(a number of groups\\), got 0",
+        ),
+        (
+            {"reward_variance_filtering": "top_k", "reward_variance_top_k": True},
+            "reward_variance_top_k must be an int",
+        ),
         ({"reward_variance_filtering": "min_p", "reward_variance_min_p": 3}, "reward_variance_min_p must be in"),
         ({"reward_variance_metric": "mad"}, "reward_variance_metric must be one of"),
         ({"reward_variance_top_p_mode": "cubic"}, "reward_variance_top_p_mode must be one of"),
@@ -294,6 +307,17 @@ def test_evaluation_is_never_filtered(tmp_path, tiny_tokenizer):
 def test_config_validation(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         make_args(tmp_path, **overrides)
+
+
+@pytest.mark.parametrize("text, value", [("4", 4), ("1", 1), ("0.25", 0.25), ("1.0", 1.0)])
+def test_top_k_on_the_command_line_keeps_int_and_float_apart(tmp_path, text, value):
+    """`--reward_variance_top_k 4` is a number of groups and `1.0` a fraction (all groups), as in Python."""
+    from trl import TrlParser
+
+    argv = ["--output_dir", str(tmp_path), "--use_cpu", "--bf16", "false", "--report_to", "none"]
+    argv += ["--reward_variance_filtering", "top_k", "--reward_variance_top_k", text]
+    (args,) = TrlParser((SNRFilteredGRPOConfig,)).parse_args_and_config(argv)
+    assert args.reward_variance_top_k == value and type(args.reward_variance_top_k) is type(value)
 
 
 def test_plain_grpo_config_is_rejected_with_a_fix(tmp_path, tiny_tokenizer):

@@ -1,4 +1,4 @@
-"""MetaMathQA: answer extraction and checking, retry rewards, problem generator, file loader, TRL adapter."""
+"""MetaMathQA: RAGEN's exact match and the lenient check, retry rewards, problem generator, file loader, TRL adapter."""
 
 import json
 import re
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from trl_ragen2_envs import make_env
 from trl_ragen2_envs.metamathqa import (
     PROBLEM_FAMILIES,
+    MathProblem,
     MetaMathQAEnv,
     MetaMathQAToolEnv,
     answers_match,
@@ -21,9 +22,77 @@ from trl_ragen2_envs.metamathqa import (
     load_problems,
     normalize_answer,
     numeric_value,
+    ragen_answers_match,
+    ragen_reference,
 )
 
 from .tool_env_helpers import run_scripted_grpo_step
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# RAGEN's rule (the default), worked out by hand from ragen/env/metamathqa/env.py: the reference is what follows the
+# first "The answer is: " of the record's response, stripped; an answer is correct when answer.strip().lower() with
+# every whitespace character then removed equals the reference treated the same way, and the reference is not
+# empty. A correct answer at step k earns 1 / 2**k.
+
+
+@pytest.mark.parametrize(
+    "answer, reference, match",
+    [
+        ("5", "5", True),
+        (" 5 \n", "5", True),  # whitespace is removed
+        ("12.", "12", False),  # exact strings: a trailing dot is wrong
+        ("5.0", "5", False),
+        ("1/2", "0.5", False),
+        (".5", "0.5", False),
+        ("0.5", "0.5", True),
+        ("The answer is: 5", "5", False),  # the whole answer is compared: nothing is extracted
+        ("\\boxed{5}", "5", False),
+        ("$5", "5", False),
+        ("1234", "1,234", False),
+        ("\\FRAC{3} {4}", "\\frac{3}{4}", True),  # lower-cased, spaces removed
+        ("Blue", "blue", True),
+        ("x+1", "x + 1", True),
+        ("\u00a05\u2003", "5", True),  # Unicode whitespace (no-break space, em space) is removed too
+        ("5\u200b", "5", False),  # a zero-width space is not whitespace
+        ("ΑΣΒ", "ΑΣ Β", False),  # lower() runs first: "ΑΣ Β" gives "ας β", a final sigma before the space
+        ("ας β", "ΑΣ Β", True),
+        ("5", "", False),  # no reference: nothing is correct
+    ],
+)
+def test_ragen_match_by_hand(answer, reference, match):
+    assert ragen_answers_match(answer, reference) is match
+
+
+@pytest.mark.parametrize(
+    "response, reference",
+    [
+        ("2 + 3 = 5. The answer is: 5", "5"),
+        ("The answer is:  \\frac{1}{2} \n\n", "\\frac{1}{2}"),  # stripped
+        ("The answer is: 3. Check: The answer is: 18", "3. Check: The answer is: 18"),  # from the first marker on
+        ("The answer is:18", ""),  # no space after the colon: RAGEN finds no reference
+        ("the answer is: 7", ""),  # case matters
+    ],
+)
+def test_ragen_reference_by_hand(response, reference):
+    assert ragen_reference(response) == reference
+
+
+def test_ragen_rule_in_the_environment():
+    env = MetaMathQAEnv(max_attempts=3)  # reward_rule="ragen"
+    env.reset(seed=1)
+    answer = env.problem.answer
+    assert env.step(answer + ".") == ("Incorrect. Please think again.", 0.0, False,
+                                      {"success": False, "action_is_valid": True, "action_is_effective": True,
+                                       "attempt": 0})  # fmt: skip
+    assert env.step(f"The answer is: {answer}")[:3] == ("Incorrect. Please think again.", 0.0, False)
+    assert env.step(f" {answer} ")[:3] == ("Correct!", 0.25, True)  # the third step: 1 / 2**2
+    one = make_env("metamathqa")  # one attempt, as RAGEN runs it
+    one.reset(seed=1)
+    assert one.step(answer + ".0")[1:3] == (0.0, True)
+    one.problem = MathProblem(question="q", answer="18", family="metamathqa", ragen_answer="")
+    one.done, one.attempt = False, 0
+    assert one.step("18")[1] == 0.0  # a record without RAGEN's marker can never be answered
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -92,11 +161,11 @@ def test_numeric_value_is_bounded_and_exact():
 
 def test_math_verify_is_opt_in():
     pytest.importorskip("math_verify")
-    plain = MetaMathQAEnv(data_path=None)
+    plain = MetaMathQAEnv(data_path=None, reward_rule="lenient")
     plain.reset(seed=0)
     plain.problem = plain.problem.__class__(question="q", answer="(x+1)^2", family="test")
     assert not plain.is_correct("x^2+2x+1")
-    verified = MetaMathQAEnv(use_math_verify=True)
+    verified = MetaMathQAEnv(reward_rule="lenient", use_math_verify=True)
     verified.reset(seed=0)
     verified.problem = plain.problem
     assert verified.is_correct("x^2+2x+1")
@@ -107,7 +176,7 @@ def test_math_verify_is_opt_in():
 def test_math_verify_missing_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "math_verify", None)  # makes `import math_verify` fail
     with pytest.raises(ImportError, match=re.escape('pip install "trl-ragen2[math]"')):
-        MetaMathQAEnv(use_math_verify=True)
+        MetaMathQAEnv(reward_rule="lenient", use_math_verify=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -116,7 +185,7 @@ def test_math_verify_missing_names_the_extra(monkeypatch):
 
 @pytest.mark.parametrize("correct_at, reward", [(0, 1.0), (1, 0.5), (2, 0.25), (3, 0.125)])
 def test_retry_reward_halves_per_attempt(correct_at, reward):
-    env = MetaMathQAEnv(max_attempts=4)
+    env = MetaMathQAEnv(max_attempts=4, reward_rule="lenient")
     env.reset(seed=1)
     wrong = str(int(env.problem.answer) + 1)
     for attempt in range(correct_at):
@@ -134,7 +203,7 @@ def test_retry_reward_halves_per_attempt(correct_at, reward):
 
 
 def test_attempts_run_out():
-    env = MetaMathQAEnv(max_attempts=2)
+    env = MetaMathQAEnv(max_attempts=2, reward_rule="lenient")
     env.reset(seed=2)
     assert env.step("-1")[2] is False
     observation, reward, done, info = env.step("-1")
@@ -149,18 +218,20 @@ def test_default_is_one_attempt():
     assert env.step("-1")[2] is True
 
 
-def test_empty_answer_is_invalid_and_keeps_state():
-    env = MetaMathQAEnv(max_attempts=2)
+@pytest.mark.parametrize("reward_rule, empty", [("lenient", "The answer is:  $ "), ("ragen", " \n\t\u00a0")])
+def test_empty_answer_is_invalid_and_keeps_state(reward_rule, empty):
+    """RAGEN's rollout drops empty actions before they reach the environment, so they use no attempt."""
+    env = MetaMathQAEnv(max_attempts=2, reward_rule=reward_rule)
     question = env.reset(seed=4)
-    observation, reward, done, info = env.step("The answer is:  $ ")
+    observation, reward, done, info = env.step(empty)
     assert (observation, reward, done, info["action_is_valid"], env.attempt) == (question, 0.0, False, False, 0)
     assert env.step(env.problem.answer)[1] == 1.0  # still the first attempt
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(max_size=300))
-def test_step_never_raises(action):
-    env = MetaMathQAEnv(max_attempts=3)
+@given(action=st.text(max_size=300), reward_rule=st.sampled_from(["ragen", "lenient"]))
+def test_step_never_raises(action, reward_rule):
+    env = MetaMathQAEnv(max_attempts=3, reward_rule=reward_rule)
     question = env.reset(seed=5)
     problem = env.problem
     observation, reward, done, info = env.step(action)
@@ -179,6 +250,10 @@ def test_step_before_reset_is_a_programming_error():
 def test_constructor_validation():
     with pytest.raises(ValueError, match="max_attempts"):
         MetaMathQAEnv(max_attempts=0)
+    with pytest.raises(ValueError, match="reward_rule must be one of \\('ragen', 'lenient'\\), got 'exact'"):
+        MetaMathQAEnv(reward_rule="exact")
+    with pytest.raises(ValueError, match="use_math_verify=True needs reward_rule='lenient', got reward_rule='ragen'"):
+        MetaMathQAEnv(use_math_verify=True)
     with pytest.raises(ValueError, match="families"):
         MetaMathQAEnv(families=["algebra"])
 
@@ -257,11 +332,18 @@ def test_loader_round_trip(tmp_path, suffix):
         ("Simplify 6/8.", "\\frac{3}{4}", "metamathqa"),
         ("Tom has 1200 apples and buys 34 more. How many?", "1,234", "gsm8k"),
     ]
-    env = make_env("metamathqa", data_path=str(path))
+    env = make_env("metamathqa", data_path=str(path), reward_rule="lenient")
     assert env.reset(seed=4) == "Simplify 6/8."  # 4 % 3 == 1
     assert env.step("The answer is: 0.75")[1] == 1.0
     env.reset(seed=2)
     assert env.step("1234")[1] == 1.0
+    ragen = make_env("metamathqa", data_path=str(path))  # RAGEN's exact match against RAGEN's reference
+    ragen.reset(seed=4)
+    assert ragen.step("0.75")[1] == 0.0
+    ragen.reset(seed=4)
+    assert ragen.step("\\frac{3}{4}")[1] == 1.0
+    ragen.reset(seed=2)
+    assert ragen.step("1234")[1] == 0.0  # the GSM8K reference is "1,234"
 
 
 @pytest.mark.parametrize(
@@ -269,6 +351,7 @@ def test_loader_round_trip(tmp_path, suffix):
     [
         ({"prompt": "x"}, "expected MetaMathQA fields"),
         ({"query": "q", "response": "no final statement"}, "must be text containing 'The answer is:'"),
+        ({"query": "q", "response": "The answer is: "}, "has nothing after"),  # RAGEN keeps it, unanswerable
         ({"question": "q", "answer": "12"}, "must be text containing '####'"),
         ({"question": "q", "answer": "#### "}, "has nothing after"),
         ({"question": "", "answer": "#### 1"}, "must be non-empty text"),
@@ -280,6 +363,25 @@ def test_loader_errors_name_the_field(tmp_path, record, message):
     with pytest.raises(ValueError, match=re.escape(message)) as error:
         load_problems(path)
     assert f"{path}: record 1" in str(error.value)
+
+
+def test_loader_keeps_the_question_as_stored_and_ragens_reference(tmp_path):
+    path = tmp_path / "math.jsonl"
+    records = [
+        {"query": " What is 2 + 3?\n", "response": "The answer is: 4. No: The answer is: 5"},
+        {"query": "q", "response": "The answer is:18"},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in records))
+    first, second = load_problems(path)
+    assert first.question == " What is 2 + 3?\n"  # RAGEN shows the query as is
+    assert (first.answer, first.ragen_reference) == ("5", "4. No: The answer is: 5")  # last vs first marker
+    assert (second.answer, second.ragen_reference) == ("18", "")
+    env = make_env("metamathqa", data_path=str(path))
+    assert env.reset(seed=0) == " What is 2 + 3?\n"
+    assert env.step("5")[1] == 0.0  # RAGEN's reference is the text after the first marker
+    lenient = make_env("metamathqa", data_path=str(path), reward_rule="lenient")
+    lenient.reset(seed=1)
+    assert lenient.step("18")[1] == 1.0
 
 
 def test_loader_missing_file(tmp_path):
@@ -298,7 +400,7 @@ def test_tool_env_contract():
     assert schema["function"]["parameters"]["required"] == ["value"]
     assert schema["function"]["parameters"]["properties"]["value"]["type"] == "string"
 
-    tool_env = MetaMathQAToolEnv()
+    tool_env = MetaMathQAToolEnv(reward_rule="lenient")
     text = tool_env.reset(prompt=[], seed=12, env_config=json.dumps({"max_attempts": 3}))
     problem = tool_env.env.problem
     assert text.startswith(problem.question)
@@ -325,3 +427,24 @@ def test_grpo_trainer_runs_the_answer_tool(tiny_tokenizer, tiny_model, tmp_path)
     assert [env.get_reward() for env in trainer.environments] == [1.0, 1.0, 0.0, 0.0]
     assert metrics["rewards/MetaMathQAToolEnv/mean"] == pytest.approx(0.5)
     assert metrics["tools/call_frequency"] == pytest.approx(0.5)
+
+
+def test_card_examples_are_what_the_environment_does():
+    """The card's table of answers to `reset(seed=0)` under RAGEN's rule, checked against the environment."""
+    from pathlib import Path
+
+    card = Path(__file__).resolve().parent.parent / "docs" / "environments" / "metamathqa.md"
+    lines = card.read_text(encoding="utf-8").splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("The answer is the final value"))
+    table = lines[start + 2 :]  # after the blank line: the table, up to the next blank line
+    rows = [line for line in table[: table.index("")] if line.startswith("| `")]
+    assert len(rows) == 4
+    for row in rows:
+        answers, reward, done, observation = [cell.strip() for cell in row.strip().strip("|").split("|")]
+        for answer in re.findall(r"`([^`]*)`", answers):
+            env = make_env("metamathqa")
+            question = env.reset(seed=0)
+            got = env.step("" if answer == '""' else answer)
+            assert got[1:3] == (float(reward), done.startswith("yes")), answer
+            shown = re.match(r"`([^`]*)`", observation)
+            assert got[0] == (shown.group(1) if shown else question), answer

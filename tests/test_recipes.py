@@ -200,3 +200,15 @@ def test_recipe_is_one_readable_trl_script(recipe):
     assert "trainer = trainer_class(" in text and "trainer.train(" in text and "trainer.save_model(" in text
     assert "sys.argv" not in text and "argv" not in text.replace("parse_args", "")
     assert "shared" not in text  # nothing but the installed packages and the user's own files
+
+
+@pytest.mark.parametrize("task", ["countdown", "metamathqa"])
+def test_paper_configs_score_with_ragens_rule(task):
+    from trl_ragen2.recipe_utils import build_datasets
+    from trl_ragen2_envs import make_env
+
+    argv = ["--config", str(CONFIGS / f"{task}.yaml"), "--bf16", "false", "--use_cpu", "true"]
+    script_args, _, _ = load_recipe(task).parse_args(argv)
+    assert script_args.env_kwargs == {"reward_rule": "ragen"}
+    train, _ = build_datasets(task, script_args.env_kwargs, 2, 0)
+    assert make_env(task, **json.loads(train[0]["env_config"])).reward_rule == "ragen"  # what each rollout builds

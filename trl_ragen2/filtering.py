@@ -16,6 +16,7 @@ Rewards are always laid out in group order: the G rollouts of prompt p are rows 
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -23,8 +24,10 @@ import torch
 SCORE_METRICS = ("variance", "std")
 STRATEGIES = ("top_p", "top_k", "min_p")
 TOP_P_MODES = ("linear", "softmax")
-# Groups scoring at or below this are "zero variance" (all rollouts earned the same reward).
+# Groups with |score| at or below this are "zero variance" (all rollouts earned the same reward); compared in float32.
 ZERO_SCORE_TOL = 1e-10
+# RAGEN's min-p rule widens its threshold by this much, in float32.
+MIN_P_SLACK = 1e-10
 
 
 def _check_rewards(rewards: torch.Tensor, num_generations: int, fn: str) -> torch.Tensor:
@@ -75,48 +78,78 @@ def group_reward_scores(rewards: torch.Tensor, num_generations: int, metric: str
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Selection strategies. Each receives the candidate scores already sorted best-first (float64) and returns how
-# many of them to keep (a prefix length), except min_p, which is a threshold rule on the same sorted order.
+# Selection: RAGEN's `RewardRolloutFilter` group selection, rule for rule and in its float32 arithmetic. Each strategy
+# receives the candidates' scores (float32, CPU, in ascending group order) and returns the candidate positions kept.
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _keep_top_p(sorted_scores: torch.Tensor, *, top_p: float, top_p_mode: str, selection_eps: float, **_) -> int:
-    if sorted_scores.numel() == 0:
-        return 0
+def _ranked(keys: torch.Tensor, descending: bool) -> torch.Tensor:
+    """Candidate positions ordered by `keys`; equal keys keep ascending group order (a stable sort)."""
+    return torch.sort(keys, descending=descending, stable=True).indices
+
+
+def _keep_top_p(scores: torch.Tensor, *, top_p: float, top_p_mode: str, selection_eps: float, largest: bool, **_):
+    if top_p >= 1.0:
+        return torch.arange(scores.numel())  # RAGEN's "no filtering" value: every candidate, whatever its score
     if top_p_mode == "softmax":
-        # The shortest prefix whose cumulative softmax probability reaches top_p; at least one group.
-        if top_p >= 1.0:
-            return sorted_scores.numel()
-        cumulative = torch.softmax(sorted_scores, dim=0).cumsum(dim=0)
-        return min(
-            int(torch.searchsorted(cumulative, torch.tensor(top_p, dtype=cumulative.dtype))) + 1, len(cumulative)
-        )
-    cumulative = sorted_scores.cumsum(dim=0)
-    total = cumulative[-1].item()
-    if total <= 0.0:
-        return 0  # no variance anywhere: the paper's top-p rejects the whole batch
-    threshold = top_p * total - selection_eps
-    reached = (cumulative >= threshold).nonzero()
-    # top_p <= 1 guarantees the full prefix reaches the threshold; keep at least one group when the mass is positive.
-    return max(1, int(reached[0]) + 1) if reached.numel() else sorted_scores.numel()
+        # Nucleus over softmax(s) (keep largest) or softmax(-s) (keep smallest): the shortest prefix of the
+        # probabilities, ranked high to low, whose cumulative sum reaches top_p; at least one group.
+        probabilities = torch.softmax(scores if largest else -scores, dim=0)
+        order = _ranked(probabilities, descending=True)
+        cumulative = torch.cumsum(probabilities[order], dim=0)
+        first_reaching = int(torch.searchsorted(cumulative, top_p))  # top_p is compared in float32
+        return order[: min(first_reaching + 1, scores.numel())]
+    # Linear: walk the ranked candidates (high to low, or low to high for keep-smallest), adding each positive score
+    # to the kept mass, until that mass reaches top_p * sum(candidate scores) - eps. The walk stops at the first
+    # score <= 0; if the mass never reaches the threshold nothing is kept, and a threshold <= 0 keeps nothing.
+    order = _ranked(scores, descending=largest)
+    threshold = top_p * scores.sum() - selection_eps  # 0-dim float32
+    kept_mass, count = 0.0, 0  # the mass adds up in double, and each comparison rounds it to float32
+    for score in scores[order].tolist():
+        if kept_mass >= threshold or score <= 0:
+            break
+        kept_mass += score
+        count += 1
+    return order[:count] if kept_mass >= threshold else order[:0]
 
 
-def _keep_top_k(sorted_scores: torch.Tensor, *, top_k: float, num_groups: int, **_) -> int:
-    k = max(1, int(top_k * num_groups)) if top_k < 1 else int(top_k)
-    return min(k, sorted_scores.numel())
+def _keep_top_k(scores: torch.Tensor, *, top_k: int | float, num_groups: int, largest: bool, **_):
+    # An int is a count (RAGEN's top_k_abs), a float in (0, 1] a fraction of all P groups (RAGEN's top_k, which
+    # truncates); either way at least one and at most every candidate.
+    wanted = top_k if _is_count(top_k) else int(top_k * num_groups)
+    return _ranked(scores, descending=largest)[: max(min(wanted, scores.numel()), 1)]
 
 
-def _keep_min_p(sorted_scores: torch.Tensor, *, min_p: float, largest: bool, **_) -> int:
-    if sorted_scores.numel() == 0:
-        return 0
-    # Scores are sorted best-first, so the kept set is a prefix: the groups scoring at least min_p of the maximum
-    # (largest=True), or at most min_p of the maximum (largest=False).
-    threshold = min_p * sorted_scores.max().item()
-    passes = sorted_scores >= threshold if largest else sorted_scores <= threshold
-    return int(passes.sum())
+def _keep_min_p(scores: torch.Tensor, *, min_p: float, largest: bool, **_):
+    if largest:  # at least min_p times the best score
+        passes = scores >= scores.max() * min_p - MIN_P_SLACK
+    else:  # at most the smallest score divided by min_p
+        passes = scores <= scores.min() / (min_p + MIN_P_SLACK) + MIN_P_SLACK
+    return passes.nonzero().squeeze(1)
 
 
 _STRATEGY_FUNCTIONS = {"top_p": _keep_top_p, "top_k": _keep_top_k, "min_p": _keep_min_p}
+
+
+def _is_count(top_k) -> bool:
+    return isinstance(top_k, numbers.Integral)
+
+
+def check_top_k(top_k, name: str = "top_k") -> None:
+    """Raise a `ValueError` naming `name` unless `top_k` is a count (an int >= 1) or a fraction (a float in (0, 1])."""
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Real):
+        raise ValueError(
+            f"{name} must be an int >= 1 (a number of groups) or a float in (0, 1] (a fraction of the groups), "
+            f"got {top_k!r}"
+        )
+    if _is_count(top_k):
+        if top_k < 1:
+            raise ValueError(f"{name} must be >= 1 when it is an int (a number of groups), got {top_k!r}")
+    elif not 0.0 < top_k <= 1.0:
+        raise ValueError(
+            f"{name}={top_k!r} is a float, so it is a fraction of the groups and must be in (0, 1]; "
+            f"for a number of groups pass an int (e.g. {name}=4)"
+        )
 
 
 def _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps) -> None:
@@ -126,10 +159,8 @@ def _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps
         raise ValueError(f"select_groups: top_p_mode must be one of {TOP_P_MODES}, got {top_p_mode!r}")
     if strategy == "top_p" and not (isinstance(top_p, int | float) and 0.0 < top_p <= 1.0):
         raise ValueError(f"select_groups: top_p must be in (0, 1], got {top_p!r}")
-    if strategy == "top_k" and not (isinstance(top_k, int | float) and top_k > 0 and math.isfinite(top_k)):
-        raise ValueError(
-            f"select_groups: top_k must be > 0 (a fraction of the groups when < 1, a count otherwise), got {top_k!r}"
-        )
+    if strategy == "top_k":
+        check_top_k(top_k, "select_groups: top_k")
     if strategy == "min_p" and not (isinstance(min_p, int | float) and 0.0 <= min_p <= 1.0):
         raise ValueError(f"select_groups: min_p must be in [0, 1], got {min_p!r}")
     if not (isinstance(selection_eps, int | float) and math.isfinite(selection_eps) and selection_eps >= 0.0):
@@ -148,37 +179,39 @@ def select_groups(
     selection_eps: float = 0.0,
     largest: bool = True,
 ) -> torch.Tensor:
-    """Choose which prompt groups to train on.
+    """Choose which prompt groups to train on, exactly as RAGEN's `RewardRolloutFilter` selects them.
 
-    Groups are ranked by descending score (ascending with `largest=False`), ties broken by the lower group index.
-    Candidates are all groups, minus those scoring <= 1e-10 unless `include_zero`. The kept set is always a
-    prefix of the ranked candidates.
+    The scores are compared in float32 on the CPU, as RAGEN does. The candidates are all groups, minus those with
+    `|score| <= 1e-10` unless `include_zero`; when none is left nothing is kept. Groups are ranked by descending
+    score (ascending with `largest=False`); equal ranking keys go to the lower group index first.
 
     Args:
         scores (`torch.Tensor` of shape `(P,)`):
             Per-group scores, e.g. from [`group_reward_scores`]. Must be finite.
         strategy (`str`, defaults to `"top_p"`):
-            `"top_p"`: the shortest prefix holding a `top_p` share of the mass (see `top_p_mode`). `"top_k"`: a
-            fixed number of groups. `"min_p"`: the groups scoring at least `min_p` times the best score.
+            `"top_p"`: a share of the score mass (see `top_p_mode`). `"top_k"`: a number or fraction of the groups.
+            `"min_p"`: the groups scoring close enough to the best (or, with `largest=False`, the smallest) score.
         top_p (`float`, defaults to `0.9`):
-            Mass share for `"top_p"`, in (0, 1]. The paper's rho = 0.9.
-        top_k (`float`, *optional*):
-            For `"top_k"`: `max(1, int(top_k * P))` groups when < 1, else `int(top_k)`; never more than the
-            candidates.
+            Mass share for `"top_p"`, in (0, 1]. The paper's rho = 0.9. `1.0` keeps every candidate in both modes.
+        top_k (`int` or `float`, *optional*):
+            For `"top_k"`: an int is a number of groups (RAGEN's `top_k_abs`); a float in (0, 1] is a fraction of
+            all P groups, `int(top_k * P)` of them (RAGEN's `top_k`; `1.0` keeps every candidate). At least one
+            group and never more than the candidates are kept.
         min_p (`float`, *optional*):
-            For `"min_p"`, in [0, 1]: keep candidates with score >= `min_p * max(score)` (<= with
-            `largest=False`).
+            For `"min_p"`, in [0, 1]: keep the candidates with `s >= min_p * max(s) - 1e-10`, or with
+            `largest=False` those with `s <= min(s) / (min_p + 1e-10) + 1e-10`.
         top_p_mode (`str`, defaults to `"linear"`):
-            `"linear"` (the paper): keep the shortest prefix whose cumulative score reaches
-            `top_p * sum(candidate scores) - selection_eps`; nothing is kept when that sum is 0. `"softmax"`
-            (RAGEN's release scripts): the shortest prefix whose cumulative softmax probability reaches `top_p`,
-            at least one group.
+            `"linear"` (the paper): walk the ranked candidates adding their scores until the kept mass reaches
+            `top_p * sum(candidate scores) - selection_eps`; the walk stops at a score <= 0, and when the mass
+            never reaches the threshold, or the threshold is <= 0, **nothing** is kept. `"softmax"` (RAGEN's release
+            scripts): rank `softmax(s)` (keep largest) or `softmax(-s)` (keep smallest) and keep the shortest prefix
+            whose cumulative probability reaches `top_p`; at least one group.
         include_zero (`bool`, defaults to `False`):
             Keep zero-score groups among the candidates.
         selection_eps (`float`, defaults to `0.0`):
             Slack subtracted from the linear top-p threshold (RAGEN uses 0.01).
         largest (`bool`, defaults to `True`):
-            `False` ranks ascending: the paper's "keep smallest" ablation.
+            `False` keeps the smallest scores: the paper's "keep smallest" ablation.
 
     Returns:
         `torch.Tensor` of shape `(P,)`, dtype bool, on the scores' device.
@@ -194,26 +227,23 @@ def select_groups(
             "select_groups: scores contain NaN or inf; score groups with group_reward_scores, which ignores NaN rewards"
         )
 
-    original = scores.detach().cpu()
-    values = original.to(torch.float64)
-    # Stable sort on the key, so equal scores keep ascending group order in both directions.
-    order = torch.sort(-values if largest else values, stable=True).indices
+    values = scores.detach().cpu().float()  # (P,) float32, RAGEN's precision
+    candidates = torch.arange(values.numel())  # group indices, ascending
     if not include_zero:
-        # compared in the scores' own precision, so a float32 score of exactly 1e-10 counts as zero
-        order = order[original[order] > ZERO_SCORE_TOL]
-    sorted_scores = values[order]
-    num_kept = _STRATEGY_FUNCTIONS[strategy](
-        sorted_scores,
-        top_p=top_p,
-        top_k=top_k,
-        min_p=min_p,
-        top_p_mode=top_p_mode,
-        selection_eps=selection_eps,
-        num_groups=values.numel(),
-        largest=largest,
-    )
+        candidates = candidates[values.abs() > ZERO_SCORE_TOL]
     keep = torch.zeros(values.numel(), dtype=torch.bool)
-    keep[order[:num_kept]] = True
+    if candidates.numel():
+        kept = _STRATEGY_FUNCTIONS[strategy](
+            values[candidates],
+            top_p=top_p,
+            top_k=top_k,
+            min_p=min_p,
+            top_p_mode=top_p_mode,
+            selection_eps=selection_eps,
+            num_groups=values.numel(),
+            largest=largest,
+        )
+        keep[candidates[kept]] = True
     return keep.to(scores.device)
 
 

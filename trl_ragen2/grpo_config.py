@@ -11,10 +11,23 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .filtering import SCORE_METRICS, STRATEGIES, TOP_P_MODES
+from .filtering import SCORE_METRICS, STRATEGIES, TOP_P_MODES, check_top_k
 
 
 LOSS_SCALINGS = ("none", "linear", "sqrt")
+
+
+class IntOrFraction:
+    """Command-line type of `reward_variance_top_k`: `"4"` reads as the int 4 (a number of groups), `"0.25"` and
+    `"1.0"` as floats (fractions of the groups). Values that are not text (Python, YAML) pass through unchanged."""
+
+    def __new__(cls, value):
+        if not isinstance(value, str):
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            return float(value)  # argparse reports a ValueError as an invalid value of the flag
 
 
 @dataclass
@@ -33,13 +46,15 @@ class SNRFilterArguments:
             mass, the paper's method), `"top_k"` or `"min_p"`. `None` disables filtering: the trainer then behaves
             exactly like its TRL parent.
         reward_variance_top_p (`float`, *optional*, defaults to `0.9`):
-            Mass share rho kept by `"top_p"`, in (0, 1]. The paper uses rho = 0.9 and finds 0.8-0.98 best.
-        reward_variance_top_k (`float` or `None`, *optional*, defaults to `None`):
-            For `"top_k"`: a fraction of the groups when < 1 (at least one group), a count otherwise. Table 9
-            ablates 0.25 and 0.5.
+            Mass share rho kept by `"top_p"`, in (0, 1]. The paper uses rho = 0.9 and finds 0.8-0.98 best; 1.0 keeps
+            every candidate (RAGEN's "no filtering" value).
+        reward_variance_top_k (`int`, `float` or `None`, *optional*, defaults to `None`):
+            For `"top_k"`: an int is a number of groups (RAGEN's `top_k_abs`), a float in (0, 1] a fraction of the
+            groups, `int(k * P)` of them (RAGEN's `top_k`; `1.0` keeps them all). At least one candidate is kept.
+            On the command line `4` is a count and `0.25` or `1.0` a fraction. Table 9 ablates 0.25 and 0.5.
         reward_variance_min_p (`float` or `None`, *optional*, defaults to `None`):
-            For `"min_p"`: keep groups scoring at least this share of the best group, in [0, 1]. Table 9 ablates
-            0.05 and 0.2.
+            For `"min_p"`, in [0, 1]: keep the groups scoring at least this share of the best group (with
+            `reward_variance_largest=False`: at most the smallest score divided by it). Table 9 ablates 0.05 and 0.2.
         reward_variance_top_p_mode (`str`, *optional*, defaults to `"linear"`):
             `"linear"` (the paper's cumulative-mass rule) or `"softmax"` (RAGEN's release scripts: cumulative
             softmax probability of the scores).
@@ -68,8 +83,9 @@ class SNRFilterArguments:
     reward_variance_top_p: float = field(
         default=0.9, metadata={"help": "Variance-mass share rho kept by 'top_p', in (0, 1]. Paper: 0.9."}
     )
-    reward_variance_top_k: float | None = field(
-        default=None, metadata={"help": "For 'top_k': a fraction of the groups when < 1, else a count."}
+    reward_variance_top_k: IntOrFraction | None = field(
+        default=None,
+        metadata={"help": "For 'top_k': an int is a number of groups, a float in (0, 1] a fraction (1.0: all)."},
     )
     reward_variance_min_p: float | None = field(
         default=None, metadata={"help": "For 'min_p': keep groups scoring >= this share of the best, in [0, 1]."}
@@ -112,11 +128,12 @@ class SNRFilterArguments:
             )
         if strategy == "top_k":
             top_k = self.reward_variance_top_k
-            if top_k is None or top_k <= 0:
+            if top_k is None:
                 raise ValueError(
-                    f"reward_variance_top_k must be > 0 when reward_variance_filtering='top_k', got {top_k}; "
-                    "pass a fraction of the groups (e.g. 0.5) or a count (e.g. 4)"
+                    "reward_variance_top_k must be set when reward_variance_filtering='top_k', got None; pass a "
+                    "number of groups as an int (e.g. 4) or a fraction of the groups as a float in (0, 1] (e.g. 0.5)"
                 )
+            check_top_k(top_k, "reward_variance_top_k")
         if strategy == "min_p":
             min_p = self.reward_variance_min_p
             if min_p is None or not (0.0 <= min_p <= 1.0):
