@@ -46,6 +46,24 @@ class TextEnv(ABC):
         """The actions the task accepts (case-insensitive), or `None` for free-form answers."""
         return None
 
+    def symbol_legend(self) -> dict[str, str] | None:
+        """What each symbol of a grid observation means, in display order; `None` for text observations."""
+        return None
+
+    @property
+    def task_instructions(self) -> str:
+        """The task alone, without the symbol legend and the action list, for a system message that lists those
+        separately (RAGEN's layout, `prompts.system_prompt(protocol="ragen")`); by default `instructions`."""
+        return self.instructions
+
+    def protocol_observation(self, observation: str, protocol: str) -> str:
+        """The state text a rollout protocol shows for `observation`, the text `reset` or `step` just returned.
+
+        By default the observation itself; Sokoban and FrozenLake show RAGEN's coordinates-first layout for
+        `protocol="ragen"`.
+        """
+        return observation
+
     @abstractmethod
     def reset(self, seed: int | None = None) -> str:
         """Start a new episode; the same seed gives the same instance. Returns the first observation."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import make_env
 from .base import require_int
-from .prompts import initial_messages, prompt_budget
+from .prompts import check_protocol, initial_messages, prompt_budget
 
 
 SPLITS = ("train", "validation", "test")
@@ -101,6 +101,7 @@ def build_rows(
     max_actions: int | None = None,
     max_tokens: int | None = None,
     start_index: int = 0,
+    protocol: str = "trl_ragen2",
 ) -> list[dict[str, Any]]:
     """`num_rows` episode-opening rows of environment `env` for `split`.
 
@@ -112,12 +113,15 @@ def build_rows(
         max_actions: Actions per episode shown as "You have {k} actions left"; defaults to RAGEN's for `env`.
         max_tokens: The "Max response length" shown in the prompt; defaults to RAGEN's for `env`.
         start_index: First row index within the split, to extend a dataset without repeating seeds.
+        protocol: The prompt protocol of the rollout that plays the rows (`trl_ragen2_envs.prompts.PROTOCOLS`), so
+            a row's prompt is the one the rollout renders.
     """
     if num_rows < 0:
         raise ValueError(f"num_rows must be >= 0, got {num_rows}")
     if start_index < 0:
         raise ValueError(f"start_index must be >= 0, got {start_index}")
     max_actions, max_tokens = prompt_budget(env, max_actions, max_tokens)
+    check_protocol(protocol)
     config_text = env_config_json(env_config)
     split_seed(split, start_index)  # validates the split name
     if num_rows == 0:
@@ -129,7 +133,9 @@ def build_rows(
         for index in range(start_index, start_index + num_rows):
             seed = split_seed(split, index)
             observation = environment.reset(seed=seed)
-            prompt = initial_messages(environment, observation, actions_left=max_actions, max_tokens=max_tokens)
+            prompt = initial_messages(
+                environment, observation, actions_left=max_actions, max_tokens=max_tokens, protocol=protocol
+            )
             rows.append({"prompt": prompt, "env": env, "seed": seed, "env_config": config_text, "split": split})
     finally:
         environment.close()
@@ -137,12 +143,17 @@ def build_rows(
 
 
 def build_mixed_rows(
-    specs: list[dict[str, Any]], split: str, *, start_index: int = 0, **budget: int | None
+    specs: list[dict[str, Any]],
+    split: str,
+    *,
+    start_index: int = 0,
+    protocol: str = "trl_ragen2",
+    **budget: int | None,
 ) -> list[dict[str, Any]]:
     """Rows of several environments, interleaved evenly and deterministically.
 
     Each spec is a dict with `env`, `num_rows` and optionally `env_config`, `max_actions`, `max_tokens`
-    (`budget` keywords give defaults for the last two). Rows are spread so that every stretch of the result holds
+    (`budget` keywords give defaults for the last two); `protocol` is that of `build_rows`. Rows are spread so that every stretch of the result holds
     the environments in proportion to their `num_rows`. Two specs with the same `env` get consecutive seed ranges,
     so they never share a seed.
     """
@@ -167,6 +178,7 @@ def build_mixed_rows(
             max_actions=spec.get("max_actions", budget.get("max_actions")),
             max_tokens=spec.get("max_tokens", budget.get("max_tokens")),
             start_index=first,
+            protocol=protocol,
         )
         next_index[name] = first + count
         # Row j of a spec with n rows sits at (j + 1/2) / n of the way through the mix.

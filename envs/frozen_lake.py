@@ -41,9 +41,12 @@ from .tool_adapter import ToolEnvAdapter
 
 ### prompts
 
-RULES = (
+TASK = (
     "You are walking on a frozen lake. Reach the goal without falling into a hole.\n"
-    "Each action moves you one cell{slip}. Moving off the edge leaves you where you are.\n"
+    "Each action moves you one cell{slip}. Moving off the edge leaves you where you are."
+)
+RULES = (
+    f"{TASK}\n"
     "Actions: Left, Down, Right, Up. Give them in your answer, separated by || when there are several, "
     "e.g. <answer>Left || Down</answer>.\n"
     "Symbols: P you, _ frozen ice, O hole, G goal, X you in a hole, √ you on the goal.\n"
@@ -57,6 +60,21 @@ COORDINATE_NOTE = (
     "\nBelow the grid, positions are listed as (row, col) counted from (0, 0) at the top-left cell; "
     "Up lowers the row, Left lowers the column."
 )
+# RAGEN's layout lists the coordinates (with the start cell) first, then the grid.
+COORDINATES_FIRST_NOTE = (
+    "\nAbove the grid, positions are listed as (row, col) counted from (0, 0) at the top-left cell, the start "
+    "included; Up lowers the row, Left lowers the column."
+)
+ANSWER_EXAMPLE = "\nAnswer with your actions in order, e.g. <answer>Left || Down</answer>."
+# RAGEN's symbol order, in this library's words.
+SYMBOL_LEGEND = {
+    "P": "you",
+    "_": "frozen ice",
+    "O": "hole",
+    "G": "goal",
+    "X": "you in a hole",
+    "√": "you on the goal",
+}
 TOOL_INSTRUCTIONS = (
     "FrozenLake: walk from P to the goal G without falling into a hole (O). Call `move` with Left, Down, Right "
     "or Up, one cell per call{slip}. Symbols: _ frozen ice, X you in a hole, √ you on the goal."
@@ -73,7 +91,8 @@ def slip_note(success_rate: float) -> str:
 PLAYER, FROZEN, HOLE, GOAL, PLAYER_IN_HOLE, PLAYER_ON_GOAL = "P", "_", "O", "G", "X", "√"
 ACTION_NAMES = ("Left", "Down", "Right", "Up")
 ACTION_OFFSETS = ((0, -1), (1, 0), (0, 1), (-1, 0))  # (row, col) step of each entry of ACTION_NAMES
-GOAL_REWARD = 1.0
+# gymnasium's reward schedule, as ints: RAGEN shows them as "1" and "0".
+GOAL_REWARD, NO_REWARD = 1, 0
 RENDER_MODES = ("grid", "grid_coord")
 ACTION_LOOKUP = {name.lower(): index for index, name in enumerate(ACTION_NAMES)}
 # Slip draws are taken from the env's generator in blocks of this many.
@@ -265,8 +284,16 @@ class FrozenLakeEnv(TextEnv):
         rules = RULES.format(slip=slip_note(self.success_rate))
         return rules + (COORDINATE_NOTE if self.render_mode == "grid_coord" else "")
 
+    @property
+    def task_instructions(self) -> str:
+        task = TASK.format(slip=slip_note(self.success_rate)) + ANSWER_EXAMPLE
+        return task + (COORDINATES_FIRST_NOTE if self.render_mode == "grid_coord" else "")
+
     def action_vocabulary(self) -> list[str]:
         return list(ACTION_NAMES)
+
+    def symbol_legend(self) -> dict[str, str]:
+        return dict(SYMBOL_LEGEND)
 
     def reset(self, seed: int | None = None) -> str:
         """Start an episode on a fresh map; the same seed gives the same map and slips (`None`: the env's RNG)."""
@@ -320,7 +347,7 @@ class FrozenLakeEnv(TextEnv):
             "action_is_effective": reached != player,
             "slipped": direction != intended,
         }
-        return self.render(), GOAL_REWARD if success else 0.0, done, info
+        return self.render(), GOAL_REWARD if success else NO_REWARD, done, info
 
     def _next_uniform(self) -> float:
         if self._uniform_index == len(self._uniforms):
@@ -336,20 +363,46 @@ class FrozenLakeEnv(TextEnv):
         reason = f"not a move; use one of {', '.join(ACTION_NAMES)}"
         return invalid_step(self.render(), reason, action_is_effective=False)
 
-    def render(self) -> str:
-        if self._lake is None:
-            raise RuntimeError("FrozenLakeEnv has no map yet; call reset() or load_map() first")
+    def _grid(self) -> str:
         cells = list(self._base_cells)
         player = self._player
         cells[player] = PLAYER_ON_GOAL if player == self._goal else PLAYER_IN_HOLE if self._holes[player] else PLAYER
         size = self._lake.size
-        grid = "\n".join(["".join(cells[start : start + size]) for start in range(0, len(cells), size)])
+        return "\n".join(["".join(cells[start : start + size]) for start in range(0, len(cells), size)])
+
+    def render(self) -> str:
+        if self._lake is None:
+            raise RuntimeError("FrozenLakeEnv has no map yet; call reset() or load_map() first")
+        player, size = self._player, self._lake.size
+        grid = self._grid()
         if self.render_mode == "grid":
             return grid
         return (
             f"{grid}\nBoard size: {size} rows x {size} columns\n"
             f"Player: {self._coord_labels[player]}\n{self._static_coordinates}"
         )
+
+    def protocol_observation(self, observation: str, protocol: str) -> str:
+        """RAGEN's layout for `protocol="ragen"` in `"grid_coord"` mode: "Coordinates: " and a board-size line, the
+        start, the goal, the player (on the goal or in a hole) and the holes if any, then "Grid Map: " and the
+        grid. Otherwise `observation`."""
+        lake = self._lake
+        if protocol != "ragen" or self.render_mode != "grid_coord" or lake is None:
+            return observation
+        labels, player = self._coord_labels, self._player
+        size = lake.size
+        player_label = (
+            "Player on goal" if player == self._goal else "Player in hole" if self._holes[player] else "Player"
+        )
+        lines = [
+            f"Board size: {size} rows x {size} cols (zero-indexed).",
+            f"Start: {labels[lake.start[0] * size + lake.start[1]]}",
+            f"Goal: {labels[self._goal]}",
+            f"{player_label}: {labels[player]}",
+        ]
+        if lake.holes:
+            lines.append("Holes: " + ", ".join(f"({r}, {c})" for r, c in sorted(lake.holes)))
+        return "Coordinates: \n" + "\n".join(lines) + "\nGrid Map: \n" + self._grid()
 
     @property
     def lake(self) -> FrozenLakeMap:

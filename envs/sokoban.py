@@ -43,20 +43,39 @@ from .tool_adapter import ToolEnvAdapter
 
 ### prompts
 
-RULES = (
+TASK = (
     "You are playing Sokoban. You are the player in a room enclosed by walls; push every box onto a target.\n"
     "Each action moves you one cell. Walking into a box pushes it one cell the same way if the cell behind it is "
-    "free; a box cannot be pulled, and a push against a wall or another box does nothing.\n"
+    "free; a box cannot be pulled, and a push against a wall or another box does nothing."
+)
+RULES = (
+    f"{TASK}\n"
     "Actions: Up, Down, Left, Right. Give them in your answer, separated by || when there are several, "
     "e.g. <answer>Up || Left</answer>.\n"
     "Symbols: # wall, _ floor, O target, X box, √ box on a target, P you, S you on a target.\n"
     "Rewards: -0.1 per action, +1 for a box pushed onto a target, -1 for a box pushed off one, "
     "+10 when every box is on a target."
 )
+ANSWER_EXAMPLE = "\nAnswer with your actions in order, e.g. <answer>Up || Left</answer>."
 COORDINATE_NOTE = (
     "\nBelow the grid, positions are listed as (row, col) counted from (0, 0) at the top-left cell; "
     "Up lowers the row, Left lowers the column."
 )
+# RAGEN's layout lists the coordinates first, then the grid.
+COORDINATES_FIRST_NOTE = (
+    "\nAbove the grid, positions are listed as (row, col) counted from (0, 0) at the top-left cell; "
+    "Up lowers the row, Left lowers the column."
+)
+# RAGEN's symbol order, in this library's words.
+SYMBOL_LEGEND = {
+    "#": "wall",
+    "_": "floor",
+    "O": "target",
+    "√": "box on a target",
+    "X": "box",
+    "P": "you",
+    "S": "you on a target",
+}
 TOOL_INSTRUCTIONS = (
     "Sokoban: push every box (X) onto a target (O). Call `move` with Up, Down, Left or Right, one cell per call; "
     "walking into a box pushes it unless a wall or another box is behind it. "
@@ -84,6 +103,26 @@ def render_coordinates(layout, boxes, player: int) -> str:
         f"Boxes: {', '.join(labels[cell] for cell in sorted(boxes))}\n"
         f"Player: {labels[player]}"
     )
+
+
+def render_ragen_coordinates(layout, boxes, player: int) -> str:
+    """The coordinate block of RAGEN's grid_coord layout.
+
+    A board-size line, then one line per non-empty kind in RAGEN's order: every target, the boxes off a target,
+    the boxes on one, and the player (on or off a target); cells in reading order.
+    """
+    labels = layout.coord_labels
+    targets = layout.targets
+    player_label = "Player on target" if player in targets else "Player"
+    kinds = (
+        ("Targets", sorted(targets)),
+        ("Boxes", sorted(box for box in boxes if box not in targets)),
+        ("Boxes on target", sorted(box for box in boxes if box in targets)),
+        (player_label, [player]),
+    )
+    lines = [f"Board size: {layout.height} rows x {layout.width} cols (zero-indexed)."]
+    lines += [f"{label}: {', '.join(labels[cell] for cell in cells)}" for label, cells in kinds if cells]
+    return "\n".join(lines)
 
 
 def check_seed(seed: Any) -> int | None:
@@ -160,8 +199,15 @@ class SokobanEnv(TextEnv):
     def instructions(self) -> str:
         return RULES + (COORDINATE_NOTE if self.render_mode == "grid_coord" else "")
 
+    @property
+    def task_instructions(self) -> str:
+        return TASK + ANSWER_EXAMPLE + (COORDINATES_FIRST_NOTE if self.render_mode == "grid_coord" else "")
+
     def action_vocabulary(self) -> list[str]:
         return list(ACTION_NAMES)
+
+    def symbol_legend(self) -> dict[str, str]:
+        return dict(SYMBOL_LEGEND)
 
     def reset(self, seed: int | None = None) -> str:
         """Start an episode on a fresh room; the same seed gives the same room (`None` draws from the env's RNG)."""
@@ -199,16 +245,18 @@ class SokobanEnv(TextEnv):
         boxes = self._boxes
         player = self._player
         new_player, box_from, box_to = push_move(layout.neighbors, player, boxes, index)
-        reward = STEP_PENALTY
+        on_target_before = self._boxes_on_target
         if box_from >= 0:
             boxes.remove(box_from)
             boxes.add(box_to)
-            if box_from in layout.targets:
-                reward += BOX_OFF_TARGET_PENALTY
-                self._boxes_on_target -= 1
-            if box_to in layout.targets:
-                reward += BOX_ON_TARGET_REWARD
-                self._boxes_on_target += 1
+            self._boxes_on_target += (box_to in layout.targets) - (box_from in layout.targets)
+        # gym-sokoban's sum, in its order: the step penalty, then +1 or -1 on a change in the count of boxes on
+        # targets (a push from one target onto another changes nothing), then the bonus
+        reward = STEP_PENALTY
+        if self._boxes_on_target > on_target_before:
+            reward += BOX_ON_TARGET_REWARD
+        elif self._boxes_on_target < on_target_before:
+            reward += BOX_OFF_TARGET_PENALTY
         self._player = new_player
         self._num_steps += 1
         solved = self._boxes_on_target == len(boxes)
@@ -235,6 +283,15 @@ class SokobanEnv(TextEnv):
         if self.render_mode == "grid":
             return grid
         return grid + "\n" + render_coordinates(layout, self._boxes, self._player)
+
+    def protocol_observation(self, observation: str, protocol: str) -> str:
+        """RAGEN's layout for `protocol="ragen"` in `"grid_coord"` mode: "Coordinates: " and the coordinate block
+        (`render_ragen_coordinates`), then "Grid Map: " and the grid. Otherwise `observation`."""
+        if protocol != "ragen" or self.render_mode != "grid_coord" or self._layout is None:
+            return observation
+        coordinates = render_ragen_coordinates(self._layout, self._boxes, self._player)
+        grid = render_grid(self._layout, self._boxes, self._player)
+        return f"Coordinates: \n{coordinates}\nGrid Map: \n{grid}"
 
     @property
     def room(self) -> SokobanRoom:

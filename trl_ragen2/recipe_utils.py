@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trl_ragen2_envs.prompts import check_protocol
+
 from .rollout import RolloutConfig
 
 
@@ -42,6 +44,8 @@ class AgentScriptArguments:
             RAGEN's per environment (e.g. 10 for Sokoban, 1 for MetaMathQA: raise it with `max_turns` for retries).
         max_tokens_per_turn (`int`, defaults to `400`): Generation limit of one reply (RAGEN: 400).
         eval_temperature (`float`, defaults to `0.5`): Sampling temperature of validation rollouts (RAGEN: 0.5).
+        protocol (`str`, defaults to `"trl_ragen2"`): Prompt and penalty rules of the rollout, `"ragen"` or
+            `"trl_ragen2"` (see `RolloutConfig.protocol`); the paper configs in `recipes/configs/` use `"ragen"`.
         write_plots (`bool`, defaults to `True`): Write the training-curve and regime PNGs at the end of the run.
     """
 
@@ -56,6 +60,10 @@ class AgentScriptArguments:
     )
     max_tokens_per_turn: int = field(default=400, metadata={"help": "Generation limit per reply (RAGEN: 400)."})
     eval_temperature: float = field(default=0.5, metadata={"help": "Validation sampling temperature (RAGEN: 0.5)."})
+    protocol: str = field(
+        default="trl_ragen2",
+        metadata={"help": "Rollout protocol: 'ragen' (RAGEN's prompts and penalties) or 'trl_ragen2'."},
+    )
     write_plots: bool = field(default=True, metadata={"help": "Write PNG plots at the end of the run."})
 
     def __post_init__(self):
@@ -75,6 +83,7 @@ class AgentScriptArguments:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_eval_prompts < 0:
             raise ValueError(f"num_eval_prompts must be >= 0, got {self.num_eval_prompts}")
+        check_protocol(self.protocol)
 
     @property
     def env_kwargs(self) -> dict[str, Any]:
@@ -89,11 +98,17 @@ class AgentScriptArguments:
             max_actions_per_episode=self.max_actions_per_episode,
             max_tokens_per_turn=self.max_tokens_per_turn,
             eval_temperature=self.eval_temperature,
+            protocol=self.protocol,
         )
 
 
-def build_datasets(env: str, env_config: dict[str, Any], num_train: int, num_eval: int, *, eval_split="validation"):
+def build_datasets(
+    env: str, env_config: dict[str, Any], num_train: int, num_eval: int, *, eval_split="validation",
+    protocol: str = "trl_ragen2", max_actions: int | None = None,
+):  # fmt: skip
     """Train and validation `datasets.Dataset`s of episode rows with disjoint seeds (`trl_ragen2_envs.datasets`).
+
+    `protocol` and `max_actions` make the rows' prompts those the rollout renders (`build_rows`).
 
     Environments that choose their instances by split themselves (WebShop's goals) get `split` in their config.
     """
@@ -105,8 +120,13 @@ def build_datasets(env: str, env_config: dict[str, Any], num_train: int, num_eva
     takes_split = "split" in get_env_class(env).__init__.__code__.co_varnames
     train_config = {**env_config, "split": "train"} if takes_split else env_config
     eval_config = {**env_config, "split": eval_split} if takes_split else env_config
-    train = Dataset.from_list(build_rows(env, "train", num_train, env_config=train_config))
-    evaluation = Dataset.from_list(build_rows(env, eval_split, num_eval, env_config=eval_config)) if num_eval else None
+    options = dict(protocol=protocol, max_actions=max_actions)
+    train = Dataset.from_list(build_rows(env, "train", num_train, env_config=train_config, **options))
+    evaluation = (
+        Dataset.from_list(build_rows(env, eval_split, num_eval, env_config=eval_config, **options))
+        if num_eval
+        else None
+    )
     return train, evaluation
 
 

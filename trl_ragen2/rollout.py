@@ -3,9 +3,16 @@
 One episode is a chat. The prompt is the system message ("You're a helpful assistant. " + the env's instructions)
 and the turn-1 user message, rendered with the tokenizer's chat template and primed with `<think>`. Each turn the
 model's reply is parsed as `<think>...</think><answer>...</answer>`; the answer's `||`-separated actions (at most
-`max_actions_per_turn`) are stepped in the environment. A reply that does not parse, or any action the environment
-rejects, adds the format penalty (-0.1) once for that turn; rejected actions leave the state unchanged. The
-environment's reward comes back in the next user message ("Reward:\\n{r}\\n" + the next turn prompt).
+`max_actions_per_turn`) are stepped in the environment. The environment's reward comes back in the next user
+message ("Reward:\\n{r}\\n" + the next turn prompt). Penalties follow `RolloutConfig.protocol`:
+
+- `"trl_ragen2"`: a reply that does not parse, or any action the environment rejects, adds the format penalty
+  (-0.1) once for that turn; rejected actions leave the state unchanged and do not use up the budget.
+- `"ragen"` (RAGEN's EnvStateManager): every parsed action is checked against the environment's action
+  vocabulary first (free-form environments accept every action); the turn is penalised once when a parsed action
+  is not in it or none is, also when the action that ends the episode or the action budget comes before it. Then
+  the valid actions, cut to the actions left, run until the episode ends. A turn without a valid action puts
+  RAGEN's warning line into the next user message.
 
 Token layout of one rollout (never re-tokenised):
 
@@ -34,7 +41,14 @@ from tqdm.auto import tqdm
 
 from trl_ragen2_envs import make_env
 from trl_ragen2_envs.datasets import parse_env_config, row_seed
-from trl_ragen2_envs.prompts import initial_messages, parse_response, prompt_budget, reward_feedback, turn_prompt
+from trl_ragen2_envs.prompts import (
+    check_protocol,
+    initial_messages,
+    parse_response,
+    prompt_budget,
+    reward_feedback,
+    turn_prompt,
+)
 
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -66,6 +80,10 @@ class RolloutConfig:
             Text that primes every generation (appended to the generation prompt).
         eval_temperature (`float`, *optional*):
             Sampling temperature of evaluation rollouts (RAGEN validates at 0.5); `None` keeps the trainer's.
+        protocol (`str`, defaults to `"trl_ragen2"`):
+            `"ragen"`: RAGEN's prompts, feedback and penalty rules to the character (see the module docstring and
+            `trl_ragen2_envs.prompts`); the paper's recipe configs use it. `"trl_ragen2"`: this library's rules,
+            which also penalise actions that a free-form environment (WebShop, SearchQA) rejects.
     """
 
     max_turns: int = 5
@@ -77,8 +95,10 @@ class RolloutConfig:
     format_penalty: float = -0.1
     think_prefix: str = THINK_OPEN
     eval_temperature: float | None = None
+    protocol: str = "trl_ragen2"
 
     def __post_init__(self):
+        check_protocol(self.protocol, "RolloutConfig.protocol")
         for name in ("max_turns", "max_actions_per_turn", "max_tokens_per_turn"):
             _check_count(name, getattr(self, name), optional=False)
         for name in ("max_actions_per_episode", "prompt_max_tokens", "max_completion_tokens"):
@@ -154,8 +174,11 @@ class Episode:
     reasoning_spans: list[tuple[int, int]] = field(default_factory=list)  # the reasoning inside each turn
     turn_rewards: list[float] = field(default_factory=list)  # environment reward + penalty, per turn
     observation: str = ""
+    no_valid_action: bool = False  # the last turn ran no action ("ragen" shows a warning line next)
     turns: int = 0
     total_return: float = 0.0
+    reward_sum: float = 0.0  # environment rewards alone, summed turn by turn
+    penalty_sum: float = 0.0  # format penalties alone
     actions_valid: int = 0
     actions_total: int = 0
     format_errors: int = 0
@@ -315,7 +338,9 @@ class RolloutEngine:
         actions, prompt_tokens = prompt_budget(
             spec.env, self.config.max_actions_per_episode, self.config.prompt_max_tokens
         )
-        messages = initial_messages(env, observation, actions_left=actions, max_tokens=prompt_tokens)
+        messages = initial_messages(
+            env, observation, actions_left=actions, max_tokens=prompt_tokens, protocol=self.config.protocol
+        )
         prompt_ids = render_prompt_ids(self.tokenizer, messages, self.config.think_prefix, self.chat_template_kwargs)
         return Episode(spec, env, messages, prompt_ids, actions, prompt_tokens, observation=observation)
 
@@ -360,22 +385,12 @@ class RolloutEngine:
         left = self.config.max_completion_tokens - len(episode.completion_ids)
         return max(1, min(self.config.max_tokens_per_turn, left))
 
-    def _play_turn(self, episode: Episode, turn: int, reply: list[int], logprobs: list[float] | None) -> None:
-        config = self.config
-        start = len(episode.completion_ids)
-        episode.completion_ids.extend(reply)
-        episode.env_mask.extend([1] * len(reply))
-        if logprobs is None or episode.logprobs is None:
-            episode.logprobs = None
-        else:
-            episode.logprobs.extend(logprobs + [0.0] * (len(reply) - len(logprobs)))
-        episode.turn_spans.append((start, start + len(reply)))
-        episode.reasoning_spans.append(reasoning_span(self.tokenizer, reply, start))
-        episode.turns = turn
+    def _act(self, episode: Episode, text: str) -> tuple[float, bool, bool]:
+        """The "trl_ragen2" rules: step the parsed actions (cut to the actions left) until one ends the episode.
 
-        text = self.tokenizer.decode(reply, skip_special_tokens=True)
-        episode.messages.append({"role": "assistant", "content": config.think_prefix + text})
-        parsed = parse_response(text, max_actions=min(config.max_actions_per_turn, episode.actions_left))
+        Returns `(environment reward, penalised, done)`; an unparsed reply or a rejected action is penalised.
+        """
+        parsed = parse_response(text, max_actions=min(self.config.max_actions_per_turn, episode.actions_left))
         env_reward, rejected, done = 0.0, not parsed.format_ok, False
         episode.format_errors += int(not parsed.format_ok)
         for action in parsed.actions:
@@ -392,18 +407,82 @@ class RolloutEngine:
             episode.success = episode.success or bool(info.get("success", False))
             if done:
                 break
-        turn_reward = env_reward + (config.format_penalty if rejected else 0.0)
+        return env_reward, rejected, done
+
+    def _act_ragen(self, episode: Episode, text: str):
+        """RAGEN's EnvStateManager rules: check every parsed action against the vocabulary, then step the valid
+        ones, cut to the actions left, until one ends the episode.
+
+        Returns `(environment reward, penalised, done)`. The reward is `0 + r_1 + ... + r_k` in the environment's
+        own number types (RAGEN prints it so: `0` when nothing ran). Every action that runs uses up the budget.
+        """
+        parsed = parse_response(text, max_actions=self.config.max_actions_per_turn, protocol="ragen")
+        episode.format_errors += int(not parsed.format_ok)
+        vocabulary = episode.env.action_vocabulary()
+        if vocabulary is None:  # free-form answers: RAGEN has no action table to check them against
+            valid = list(parsed.actions)
+        else:
+            names = {name.lower() for name in vocabulary}
+            valid = [action for action in parsed.actions if action.lower() in names]
+        penalised = not valid or len(valid) != len(parsed.actions)
+        episode.no_valid_action = not valid
+        episode.actions_total += len(parsed.actions)
+        episode.actions_valid += len(valid)
+        env_reward, done = 0, False
+        for action in valid[: episode.actions_left]:
+            observation, reward, done, info = episode.env.step(action)
+            episode.actions_left -= 1
+            episode.actions_valid -= int(not info.get("action_is_valid", True))
+            episode.env_errors += bool(info.get("env_error"))
+            env_reward += reward
+            episode.observation = observation
+            episode.success = episode.success or bool(info.get("success", False))
+            if done:
+                break
+        return env_reward, penalised, done
+
+    def _play_turn(self, episode: Episode, turn: int, reply: list[int], logprobs: list[float] | None) -> None:
+        config = self.config
+        start = len(episode.completion_ids)
+        episode.completion_ids.extend(reply)
+        episode.env_mask.extend([1] * len(reply))
+        if logprobs is None or episode.logprobs is None:
+            episode.logprobs = None
+        else:
+            episode.logprobs.extend(logprobs + [0.0] * (len(reply) - len(logprobs)))
+        episode.turn_spans.append((start, start + len(reply)))
+        episode.reasoning_spans.append(reasoning_span(self.tokenizer, reply, start))
+        episode.turns = turn
+
+        text = self.tokenizer.decode(reply, skip_special_tokens=True)
+        episode.messages.append({"role": "assistant", "content": config.think_prefix + text})
+        act = self._act_ragen if config.protocol == "ragen" else self._act
+        env_reward, penalised, done = act(episode, text)
+        penalty = config.format_penalty if penalised else 0.0
+        turn_reward = env_reward + penalty
         episode.turn_rewards.append(turn_reward)
-        episode.total_return += turn_reward
+        episode.reward_sum += env_reward
+        episode.penalty_sum += penalty
+        if config.protocol == "ragen":  # RAGEN sums the environment rewards and the penalties apart
+            episode.total_return = episode.reward_sum + episode.penalty_sum
+        else:
+            episode.total_return += turn_reward
 
         # an environment may cap its own episodes (WebShop: env.max_turns, RAGEN's 9)
         max_turns = min(config.max_turns, getattr(episode.env, "max_turns", config.max_turns))
         if done or turn >= max_turns or episode.actions_left <= 0:
             episode.finished = True
             return
-        user = reward_feedback(round(env_reward, 4)) + turn_prompt(
-            turn + 1, episode.observation, episode.actions_left, episode.prompt_max_tokens
-        )
+        if config.protocol == "ragen":
+            state = episode.env.protocol_observation(episode.observation, "ragen")
+            user = reward_feedback(env_reward) + turn_prompt(
+                turn + 1, state, episode.actions_left, episode.prompt_max_tokens, "ragen",
+                no_valid_action=episode.no_valid_action,
+            )  # fmt: skip
+        else:
+            user = reward_feedback(round(env_reward, 4)) + turn_prompt(
+                turn + 1, episode.observation, episode.actions_left, episode.prompt_max_tokens
+            )
         feedback = feedback_ids(self.tokenizer, user, config.think_prefix, self.chat_template_kwargs)
         if not reply or reply[-1] != self.eos_token_id:
             feedback = [self.eos_token_id, *feedback]  # the reply was cut at the limit: close the turn for it
