@@ -163,6 +163,9 @@ def test_every_config_parses_for_both_algorithms(recipe, config, algorithm):
     assert type(training_args) is (SNRFilteredPPOConfig if algorithm == "ppo" else SNRFilteredGRPOConfig)
     assert script_args.algorithm == algorithm and training_args.reward_variance_filtering == "top_p"
     assert model_args.model_name_or_path  # every preset names its model
+    # the paper configs play RAGEN's protocol; the CPU presets keep the recipe scripts' default
+    expected_protocol = "trl_ragen2" if config.endswith("_cpu.yaml") else "ragen"
+    assert script_args.protocol == script_args.rollout_config().protocol == expected_protocol
 
 
 def test_algorithm_from_the_yaml_and_the_command_line_overrides_it(tmp_path):
@@ -212,3 +215,12 @@ def test_paper_configs_score_with_ragens_rule(task):
     assert script_args.env_kwargs == {"reward_rule": "ragen"}
     train, _ = build_datasets(task, script_args.env_kwargs, 2, 0)
     assert make_env(task, **json.loads(train[0]["env_config"])).reward_rule == "ragen"  # what each rollout builds
+
+
+def test_recipe_datasets_show_the_rollouts_prompt():
+    from trl_ragen2.recipe_utils import build_datasets
+
+    train, evaluation = build_datasets("sokoban", {}, 2, 1, protocol="ragen", max_actions=7)
+    user = train[0]["prompt"][1]["content"]
+    assert user.startswith("\nTurn 1:\nState:\nCoordinates: \n") and "You have 7 actions left." in user
+    assert user.endswith("(tokens).\n") and len(evaluation) == 1
