@@ -394,3 +394,56 @@ def test_card_example_is_what_the_environment_shows(name):
     text = (ENV_CARDS / f"{name}.md").read_text(encoding="utf-8")
     head = "\n".join(observation.splitlines()[:3])  # long observations are abbreviated in the cards
     assert head in text, f"docs/environments/{name}.md does not show the current reset observation:\n{head}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# "Differences from RAGEN" tables
+# ---------------------------------------------------------------------------------------------------------------
+
+TEST_REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::([\w:]+)(?:\[[^\]`]*\])?`")
+CARDS_WITH_DIFFERENCE_TABLES = ("sokoban", "frozen_lake", "webshop", "searchqa", "deepcoder")
+
+
+def differences_section(path: Path) -> str:
+    text = path.read_text(encoding="utf-8")
+    start = text.find("\n## Differences from RAGEN")
+    if start < 0:
+        return ""
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else len(text)]
+
+
+def table_rows_with_a_test_column(section: str) -> list[list[str]]:
+    """Body rows of the section's tables whose header's last column is "Test"."""
+    rows, in_table = [], False
+    for line in section.splitlines():
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if not in_table:
+            in_table, takes_tests = True, cells[-1] == "Test"
+        elif takes_tests and not set(line) <= set("|-: "):
+            rows.append(cells)
+    return rows
+
+
+def cited_test_exists(file: str, name: str) -> bool:
+    path = ROOT / file
+    if not path.is_file():
+        return False
+    source = path.read_text(encoding="utf-8")
+    return all(re.search(rf"^\s*(def|class) {part}\b", source, re.MULTILINE) for part in name.split("::"))
+
+
+@pytest.mark.parametrize(
+    "path", [METHOD_DOC] + [ENV_CARDS / f"{name}.md" for name in CARDS_WITH_DIFFERENCE_TABLES], ids=lambda p: p.name
+)
+def test_every_named_difference_cites_an_existing_test(path):
+    rows = table_rows_with_a_test_column(differences_section(path))
+    assert rows, f"{path.name} has no 'Differences from RAGEN' table with a Test column"
+    without = [row[0] for row in rows if not TEST_REFERENCE.search(row[-1])]
+    assert without == [], f"{path.name}: rows without a test: {without}"
+    missing = [f"{file}::{name}" for row in rows for file, name in TEST_REFERENCE.findall(row[-1])
+               if not cited_test_exists(file, name)]  # fmt: skip
+    assert missing == [], f"{path.name} cites tests that do not exist: {missing}"

@@ -22,7 +22,7 @@ from trl_ragen2.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
 from trl_ragen2_envs import make_env
 from trl_ragen2_envs.datasets import build_rows
 from trl_ragen2_envs.frozen_lake import FrozenLakeMap
-from trl_ragen2_envs.prompts import system_prompt, turn_prompt
+from trl_ragen2_envs.prompts import parse_response, system_prompt, turn_prompt
 from trl_ragen2_envs.sokoban import SokobanRoom
 
 
@@ -219,16 +219,32 @@ def test_return_sums_rewards_and_penalties_apart(tiny_tokenizer):
     assert play(tiny_tokenizer, replies, protocol="trl_ragen2", max_turns=3).total_return == -0.6000000000000001
 
 
-def test_free_form_environments_accept_every_action(tiny_tokenizer):
-    """RAGEN has no action table for WebShop: an action the environment rejects is not penalised."""
-    config = {"procedural": True, "procedural_products": 50, "max_turns": 2}
-    reply = ["x</think><answer>click[no such button]</answer>"]
-    engine = RolloutEngine(tiny_tokenizer, RolloutConfig(protocol="ragen", max_turns=1, max_actions_per_turn=1))
-    (episode,) = engine.run([EpisodeSpec("webshop", 0, config)], ScriptedPolicy(replies_policy(reply), tiny_tokenizer))
-    assert episode.turn_rewards == [0.0] and episode.actions_left == 8
-    engine = RolloutEngine(tiny_tokenizer, RolloutConfig(max_turns=1, max_actions_per_turn=1))
-    (default,) = engine.run([EpisodeSpec("webshop", 0, config)], ScriptedPolicy(replies_policy(reply), tiny_tokenizer))
-    assert default.turn_rewards == [pytest.approx(-0.1)] and default.actions_left == 9
+FREE_FORM_CASES = [
+    ("webshop", {"procedural": True, "procedural_products": 50, "max_turns": 2}, "click[no such button]", 9),
+    ("searchqa", {}, "I would rather not say", 10),  # neither search[...] nor finish[...]
+    ("deepcoder", {}, "```python\n```", 1),  # an empty code block
+]
+
+
+@pytest.mark.parametrize(("env", "config", "action", "budget"), FREE_FORM_CASES)
+def test_free_form_environments_accept_every_action(tiny_tokenizer, env, config, action, budget):
+    """RAGEN has no action table for free-form environments: an action the environment rejects is not penalised
+    and uses one action of the budget."""
+    reply = [f"x</think><answer>{action}</answer>"]
+    results = {}
+    for protocol in ("ragen", "trl_ragen2"):
+        engine = RolloutEngine(tiny_tokenizer, RolloutConfig(protocol=protocol, max_turns=1, max_actions_per_turn=1))
+        (episode,) = engine.run([EpisodeSpec(env, 0, config)], ScriptedPolicy(replies_policy(reply), tiny_tokenizer))
+        assert episode.actions_valid == 0  # the environment did reject it
+        results[protocol] = (episode.turn_rewards, episode.actions_left)
+    assert results["ragen"] == ([0.0], budget - 1)
+    assert results["trl_ragen2"] == ([pytest.approx(-0.1)], budget)
+
+
+def test_stray_tokens_of_each_protocol():
+    reply = "x</think><answer>Up<|endoftext|> || <|im_end|>Down</answer>"
+    assert parse_response(reply, max_actions=2, protocol="ragen").actions == ["Up<|endoftext|>", "Down"]
+    assert parse_response(reply, max_actions=2).actions == ["Up", "Down"]
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -224,3 +224,16 @@ def test_recipe_datasets_show_the_rollouts_prompt():
     user = train[0]["prompt"][1]["content"]
     assert user.startswith("\nTurn 1:\nState:\nCoordinates: \n") and "You have 7 actions left." in user
     assert user.endswith("(tokens).\n") and len(evaluation) == 1
+
+
+@pytest.mark.parametrize(
+    ("config", "turns", "actions_per_turn"),
+    [("sokoban", 5, 2), ("frozen_lake", 5, 2), ("webshop", 9, 1), ("searchqa", 10, 1), ("countdown", 1, 1),
+     ("metamathqa", 1, 1), ("deepcoder", 1, 1)],
+)  # fmt: skip
+def test_paper_configs_turn_budgets(config, turns, actions_per_turn):
+    from trl_ragen2.recipe_utils import AgentScriptArguments, parse_recipe_args
+
+    argv = ["--config", str(RECIPES / "configs" / f"{config}.yaml"), "--bf16", "false", "--use_cpu", "true"]
+    script_args, _, _ = parse_recipe_args(AgentScriptArguments, argv)
+    assert (script_args.max_turns, script_args.max_actions_per_turn) == (turns, actions_per_turn)

@@ -405,3 +405,10 @@ def test_grpo_trainer_runs_one_step_with_scripted_tool_calls(tiny_tokenizer, tin
     assert environments[1].env.steps == 1 and environments[1].env.last_results.startswith("Search results")
     assert logged["rewards/SearchQAToolEnv/mean"] == pytest.approx(0.25)
     assert logged["tools/call_frequency"] == pytest.approx(0.5)
+
+
+def test_default_search_shows_three_passages():
+    env = SearchQAEnv()
+    env.reset(0)
+    observation = env.step(f"search[{env.episode.hops[0]}]")[0]
+    assert observation.count("[Document ") == 3
