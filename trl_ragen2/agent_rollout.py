@@ -3,7 +3,7 @@
 ```python
 from trl_ragen2 import RagenRollout, SNRFilteredGRPOTrainer, env_return
 
-rollout = RagenRollout(RolloutConfig(max_turns=5, max_actions_per_turn=2))
+rollout = RagenRollout(RolloutConfig(max_turns=5, max_actions_per_turn=2, protocol="ragen"))
 trainer = SNRFilteredGRPOTrainer(model, reward_funcs=env_return, args=args, train_dataset=rows_dataset,
                                  rollout_func=rollout)
 ```
