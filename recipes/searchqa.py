@@ -88,8 +88,13 @@ def main(script_args: SearchQAScriptArguments, training_args: SNRFilteredGRPOCon
     # one row per episode; the num_generations rollouts of a row play the same instance (its seed)
     num_eval = script_args.num_eval_prompts if training_args.eval_strategy != "no" else 0
     train_dataset, eval_dataset = build_datasets(
-        ENV_NAME, script_args.env_kwargs, script_args.num_train_prompts, num_eval
-    )
+        ENV_NAME,
+        script_args.env_kwargs,
+        script_args.num_train_prompts,
+        num_eval,
+        protocol=script_args.protocol,
+        max_actions=script_args.max_actions_per_episode,
+    )  # the rows show the prompts the rollout renders
 
     #### Trainer
     trainer_class = SNRFilteredPPOTrainer if script_args.algorithm == "ppo" else SNRFilteredGRPOTrainer

@@ -143,7 +143,14 @@ def main(script_args: WebShopScriptArguments, training_args: SNRFilteredGRPOConf
     logger.warning("WebShop catalogue: %s", catalogue)
     # one row per goal; the rows' split picks the goals (RAGEN's fixed train / validation split)
     num_eval = script_args.num_eval_prompts if training_args.eval_strategy != "no" else 0
-    train_dataset, eval_dataset = build_datasets(ENV_NAME, env_config, script_args.num_train_prompts, num_eval)
+    train_dataset, eval_dataset = build_datasets(
+        ENV_NAME,
+        env_config,
+        script_args.num_train_prompts,
+        num_eval,
+        protocol=script_args.protocol,
+        max_actions=script_args.max_actions_per_episode,
+    )  # the rows show the prompts the rollout renders
 
     #### Trainer
     trainer_class = SNRFilteredPPOTrainer if script_args.algorithm == "ppo" else SNRFilteredGRPOTrainer

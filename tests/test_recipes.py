@@ -232,8 +232,14 @@ def test_recipe_datasets_show_the_rollouts_prompt():
      ("metamathqa", 1, 1), ("deepcoder", 1, 1)],
 )  # fmt: skip
 def test_paper_configs_turn_budgets(config, turns, actions_per_turn):
-    from trl_ragen2.recipe_utils import AgentScriptArguments, parse_recipe_args
-
-    argv = ["--config", str(RECIPES / "configs" / f"{config}.yaml"), "--bf16", "false", "--use_cpu", "true"]
-    script_args, _, _ = parse_recipe_args(AgentScriptArguments, argv)
+    argv = ["--config", str(CONFIGS / f"{config}.yaml"), "--bf16", "false", "--use_cpu", "true"]
+    script_args, _, _ = load_recipe(config).parse_args(argv)
     assert (script_args.max_turns, script_args.max_actions_per_turn) == (turns, actions_per_turn)
+
+
+@pytest.mark.parametrize("recipe", ["webshop", *TASKS])
+def test_recipe_rows_and_rollout_share_the_protocol(recipe):
+    """The rows' prompts are built with the rollout's protocol and action budget (`build_datasets`)."""
+    text = (RECIPES / f"{recipe}.py").read_text()
+    assert "protocol=script_args.protocol" in text and "max_actions=script_args.max_actions_per_episode" in text
+    assert "RagenRollout(script_args.rollout_config())" in text  # RolloutConfig.protocol = script_args.protocol
