@@ -56,6 +56,12 @@ class TextEnv(ABC):
         separately (RAGEN's layout, `prompts.system_prompt(protocol="ragen")`); by default `instructions`."""
         return self.instructions
 
+    def protocol_reward(self, reward: float, protocol: str) -> float:
+        """A step's reward in the number type the protocol's original environment returns, for the feedback text
+        (RAGEN prints `str(0 + r_1 + ... + r_k)`); by default the reward itself. FrozenLake gives gymnasium's ints
+        for `protocol="ragen"`."""
+        return reward
+
     def protocol_observation(self, observation: str, protocol: str) -> str:
         """The state text a rollout protocol shows for `observation`, the text `reset` or `step` just returned.
 

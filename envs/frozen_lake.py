@@ -91,8 +91,7 @@ def slip_note(success_rate: float) -> str:
 PLAYER, FROZEN, HOLE, GOAL, PLAYER_IN_HOLE, PLAYER_ON_GOAL = "P", "_", "O", "G", "X", "√"
 ACTION_NAMES = ("Left", "Down", "Right", "Up")
 ACTION_OFFSETS = ((0, -1), (1, 0), (0, 1), (-1, 0))  # (row, col) step of each entry of ACTION_NAMES
-# gymnasium's reward schedule, as ints: RAGEN shows them as "1" and "0".
-GOAL_REWARD, NO_REWARD = 1, 0
+GOAL_REWARD = 1.0
 RENDER_MODES = ("grid", "grid_coord")
 ACTION_LOOKUP = {name.lower(): index for index, name in enumerate(ACTION_NAMES)}
 # Slip draws are taken from the env's generator in blocks of this many.
@@ -347,7 +346,7 @@ class FrozenLakeEnv(TextEnv):
             "action_is_effective": reached != player,
             "slipped": direction != intended,
         }
-        return self.render(), GOAL_REWARD if success else NO_REWARD, done, info
+        return self.render(), GOAL_REWARD if success else 0.0, done, info
 
     def _next_uniform(self) -> float:
         if self._uniform_index == len(self._uniforms):
@@ -381,6 +380,11 @@ class FrozenLakeEnv(TextEnv):
             f"{grid}\nBoard size: {size} rows x {size} columns\n"
             f"Player: {self._coord_labels[player]}\n{self._static_coordinates}"
         )
+
+    def protocol_reward(self, reward: float, protocol: str) -> float:
+        """For `protocol="ragen"`, the int of gymnasium's reward schedule (`1` or `0`), which RAGEN's feedback
+        prints as such (`Reward:\n0`)."""
+        return int(reward) if protocol == "ragen" else reward
 
     def protocol_observation(self, observation: str, protocol: str) -> str:
         """RAGEN's layout for `protocol="ragen"` in `"grid_coord"` mode: "Coordinates: " and a board-size line, the

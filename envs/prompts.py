@@ -140,8 +140,8 @@ def reward_feedback(reward: float) -> str:
     """The text reporting a turn's reward (`str(reward)`); the rollout puts it in front of the next turn prompt.
 
     The number is shown as Python prints it, so its type shows: RAGEN reports the sum `0 + r_1 + ... + r_k` of the
-    turn's executed actions with the environment's own number types (`0` for a turn without an action, `1` for
-    FrozenLake's int goal reward, `-0.2` for two Sokoban moves).
+    turn's executed actions with the number types of RAGEN's environments (`0` for a turn without an action, `0`
+    for FrozenLake's int rewards, `-0.2` for two Sokoban moves); see `TextEnv.protocol_reward`.
     """
     return f"Reward:\n{reward}\n"
 

@@ -340,11 +340,13 @@ def test_frozen_lake_without_holes_has_no_holes_line():
     )
 
 
-def test_frozen_lake_rewards_are_gymnasiums_ints():
+def test_frozen_lake_rewards_are_gymnasiums_ints_under_the_ragen_protocol():
     env = make_env("frozen_lake")
     env.load_map(FrozenLakeMap.from_rows(["SG", "FF"]))
-    assert [type(env.step("Down")[1]), type(env.step("Up")[1])] == [int, int]
-    assert env.step("Right")[1] == 1 and env.is_done
+    rewards = [env.step("Down")[1], env.step("Up")[1], env.step("Right")[1]]
+    assert rewards == [0.0, 0.0, 1.0] and all(type(r) is float for r in rewards)  # the env's own contract
+    assert [repr(env.protocol_reward(r, "ragen")) for r in rewards] == ["0", "0", "1"]  # gymnasium's ints
+    assert env.protocol_reward(0.0, "trl_ragen2") == 0.0
 
 
 # ----------------------------------------------------------------------------------------------------------------

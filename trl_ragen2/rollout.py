@@ -413,8 +413,9 @@ class RolloutEngine:
         """RAGEN's EnvStateManager rules: check every parsed action against the vocabulary, then step the valid
         ones, cut to the actions left, until one ends the episode.
 
-        Returns `(environment reward, penalised, done)`. The reward is `0 + r_1 + ... + r_k` in the environment's
-        own number types (RAGEN prints it so: `0` when nothing ran). Every action that runs uses up the budget.
+        Returns `(environment reward, penalised, done)`. The reward is `0 + r_1 + ... + r_k` in the number types of
+        RAGEN's environment (`TextEnv.protocol_reward`; RAGEN prints it so: `0` when nothing ran, FrozenLake's ints).
+        Every action that runs uses up the budget.
         """
         parsed = parse_response(text, max_actions=self.config.max_actions_per_turn, protocol="ragen")
         episode.format_errors += int(not parsed.format_ok)
@@ -434,7 +435,7 @@ class RolloutEngine:
             episode.actions_left -= 1
             episode.actions_valid -= int(not info.get("action_is_valid", True))
             episode.env_errors += bool(info.get("env_error"))
-            env_reward += reward
+            env_reward += episode.env.protocol_reward(reward, "ragen")
             episode.observation = observation
             episode.success = episode.success or bool(info.get("success", False))
             if done:
