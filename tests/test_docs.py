@@ -400,7 +400,7 @@ def test_card_example_is_what_the_environment_shows(name):
 # "Differences from RAGEN" tables
 # ---------------------------------------------------------------------------------------------------------------
 
-TEST_REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::([\w:]+)(?:\[[^\]`]*\])?`")
+TEST_REFERENCE = re.compile(r"`((?:tests/)?test_\w+\.py)?::([\w:]+)(?:\[[^\]`]*\])?`")
 CARDS_WITH_DIFFERENCE_TABLES = ("sokoban", "frozen_lake", "webshop", "searchqa", "deepcoder")
 
 
@@ -428,6 +428,17 @@ def table_rows_with_a_test_column(section: str) -> list[list[str]]:
     return rows
 
 
+def cited_tests(cell: str) -> list[tuple[str, str]]:
+    """`(file, name)` of each test a cell cites: `tests/test_x.py::name`, `test_x.py::name`, or `::name` for another
+    test of the file cited just before."""
+    cited, file = [], None
+    for named_file, name in TEST_REFERENCE.findall(cell):
+        file = named_file or file
+        if file is not None:
+            cited.append((file if file.startswith("tests/") else f"tests/{file}", name))
+    return cited
+
+
 def cited_test_exists(file: str, name: str) -> bool:
     path = ROOT / file
     if not path.is_file():
@@ -442,8 +453,8 @@ def cited_test_exists(file: str, name: str) -> bool:
 def test_every_named_difference_cites_an_existing_test(path):
     rows = table_rows_with_a_test_column(differences_section(path))
     assert rows, f"{path.name} has no 'Differences from RAGEN' table with a Test column"
-    without = [row[0] for row in rows if not TEST_REFERENCE.search(row[-1])]
+    without = [row[0] for row in rows if not cited_tests(row[-1])]
     assert without == [], f"{path.name}: rows without a test: {without}"
-    missing = [f"{file}::{name}" for row in rows for file, name in TEST_REFERENCE.findall(row[-1])
+    missing = [f"{file}::{name}" for row in rows for file, name in cited_tests(row[-1])
                if not cited_test_exists(file, name)]  # fmt: skip
     assert missing == [], f"{path.name} cites tests that do not exist: {missing}"
