@@ -12,7 +12,11 @@ RAGEN-2 (arXiv 2604.06268) §3.3. The trainer is thin: it wires the pure functio
 - `_prepare_inputs`: lays the kept rows out over the micro-steps (full mini-batches, fewer updates);
 - `_compute_loss`: renormalises TRL's micro-batch loss so each optimizer step is plain GRPOTrainer's step on its
   kept rows, and keeps TRL's per-row metrics to the kept rows;
-- `_save_checkpoint` / `_load_optimizer_and_scheduler`: the filter counters and the MI EMA survive resume.
+- `_save_checkpoint` / `_load_optimizer_and_scheduler`: the filter counters, the auto switch and the MI EMA survive
+  resume.
+
+The keep rate in force at each generation (a rho schedule, a warm-up, the auto switch, the exploration guard) comes
+from `trl_ragen2.keep_rate`.
 
 The MI diagnostics (`trl_ragen2.diagnostics`) run on the pre-filter batch, between generation and filtering.
 """
@@ -499,7 +503,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             self.save_ragen2_state(checkpoint_dir)
 
     def save_ragen2_state(self, checkpoint_dir: str) -> None:
-        """Write the trainer's RAGEN-2 state (filter counters, MI EMA) into a checkpoint folder."""
+        """Write the trainer's RAGEN-2 state (filter counters and auto switch, MI EMA) into a checkpoint folder."""
         with open(os.path.join(checkpoint_dir, FILTER_STATE_FILE), "w") as f:
             json.dump(asdict(self.filter_state), f)
         if self.mi_diagnostics is not None:
