@@ -11,6 +11,7 @@ from trl_ragen2.tiny import make_tiny_model
 
 from .exactness import assert_same_gradient, record_gradients
 from .scripted import AMPLITUDES, dataset, parity_reward_for, record_loss_rows, script_generation, tiny_trainer_args
+from .test_ppo_trainer import ppo_trainer, record_critic_rows
 
 
 PROMPTS = list(AMPLITUDES)  # P0: .. P3:, one group each per step
@@ -110,6 +111,55 @@ def test_auto_switch_decides_each_step_with_hysteresis(tmp_path, tiny_tokenizer)
         PROMPTS,
     ]
     assert trainer.filter_state.auto_on is False and trainer.filter_state.empty_steps == 0
+
+
+def test_early_selection_before_the_reference_pass_makes_the_same_auto_decision(tmp_path, tiny_tokenizer):
+    """With `rollout_field` rewards the selection is made twice per generation (before TRL's reference pass and
+    after the rewards); the switch must move once. Smoothed (decay 0.5): 1.529 on, 0.765 on, 0.935 on, 0.468 off;
+    moving it twice per step would turn it off at step 2 already (0.765, then 0.382)."""
+    from trl_ragen2.tiny import tiny_model_path
+
+    sequence = [[0, 1, 10, 0], [1, 1, 1, 1], [0, 0, 1, 2], [1, 1, 1, 1]]
+
+    def rollout(prompts, trainer):
+        amplitudes = dict(zip(PROMPTS, sequence[trainer.state.global_step], strict=True))
+        tokenizer, token, seen = trainer.processing_class, trainer.processing_class.encode("x")[0], {}
+        prompt_ids, completion_ids, scores = [], [], []
+        for prompt in prompts:
+            copy_index = seen.get(prompt, 0) % trainer.num_generations
+            seen[prompt] = copy_index + 1
+            prompt_ids.append(tokenizer(prompt)["input_ids"])
+            completion_ids.append([token] * (copy_index + 1) + [tokenizer.eos_token_id])
+            scores.append(amplitudes[prompt] * (copy_index % 2))  # [0, a, 0, a]
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None, "score": scores}
+
+    def score_reward(completions, score, **kwargs):
+        return [float(value) for value in score]
+
+    score_reward.rollout_field = "score"
+    trainer = SNRFilteredGRPOTrainer(
+        model=tiny_model_path(cache_dir=tmp_path / "models"),
+        reward_funcs=score_reward,
+        args=tiny_trainer_args(
+            tmp_path, SNRFilteredGRPOConfig, max_steps=4, beta=0.1, reward_variance_filtering="auto", **FROZEN
+        ),
+        train_dataset=dataset(PROMPTS),
+        processing_class=tiny_tokenizer,
+        rollout_func=rollout,
+    )
+    trainer.train()
+    assert logged(trainer, "ragen2/filter/auto_on") == [1.0, 1.0, 1.0, 0.0]
+    assert logged(trainer, "ragen2/filter/kept_groups") == [1.0, 4.0, 2.0, 4.0]
+    assert logged(trainer, "ragen2/filter/scoring_rows_skipped") == [12.0, 0.0, 8.0, 0.0]
+
+
+def test_ppo_warmup_trains_actor_and_critic_on_every_group_then_filters(tmp_path, tiny_tokenizer):
+    trainer = ppo_trainer(tmp_path, tiny_tokenizer, max_steps=2, reward_variance_warmup_steps=1)
+    actor_rows, critic_rows = record_loss_rows(trainer), record_critic_rows(trainer)
+    trainer.train()
+    assert trained_prompts(actor_rows) == [PROMPTS, ["P2:"]]
+    assert trained_prompts(critic_rows) == [PROMPTS, ["P2:"]]
+    assert logged(trainer, "ragen2/filter/active") == [0.0, 1.0]
 
 
 def test_guard_keeps_the_next_highest_variance_group(tmp_path, tiny_tokenizer):
