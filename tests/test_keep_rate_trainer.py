@@ -190,6 +190,10 @@ def test_resume_continues_the_schedule_and_the_switch_exactly(tmp_path, tiny_tok
     assert expected["ragen2/filter/top_p"] == [1.0, 1.0, 1.0, 1.0, 0.5]  # on at step 5: the cosine's end value
     assert expected["ragen2/filter/kept_groups"] == [4.0, 4.0, 4.0, 4.0, 1.0]
 
+    card = (tmp_path / "straight" / "out" / "README.md").read_text()  # the model card, written at each save
+    assert "- Keep rate: cosine from 0.9 to 0.5 over 4 steps, after 0 warm-up steps without filtering" in card
+    assert "on at 0.8, off below 0.5 (smoothing 0.5); on at the end: True" in card
+
     checkpoint = tmp_path / "straight" / "out" / "checkpoint-2"
     saved = json.loads((checkpoint / "ragen2_filter_state.json").read_text())
     assert saved["auto_on"] is False and saved["auto_signal"] == pytest.approx(0.1732, abs=1e-4)

@@ -545,6 +545,12 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
                     f"{args.reward_variance_top_p_end} over {args.reward_variance_schedule_steps} steps, after "
                     f"{args.reward_variance_warmup_steps} warm-up steps without filtering"
                 )
+            if args.reward_variance_filtering == AUTO:
+                lines.append(
+                    f"- Auto switch on the Std/Mean of the group reward std: on at {args.reward_variance_auto_on_above}"
+                    f", off below {args.reward_variance_auto_off_below} (smoothing "
+                    f"{args.reward_variance_auto_smoothing}); on at the end: {self.filter_state.auto_on}"
+                )
             if args.reward_variance_min_kept_fraction:
                 lines.append(f"- Exploration guard: at least {args.reward_variance_min_kept_fraction} of the groups")
             lines.append(f"- Filter steps: {self.filter_state.filtered_steps}, empty: {self.filter_state.empty_steps}")
