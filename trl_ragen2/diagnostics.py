@@ -47,6 +47,7 @@ import torch
 from transformers import TrainerCallback
 
 from .mi import DEFAULT_KS, MARGINAL_MODES, MIZScoreEMA, mi_metrics
+from .mi_uncertainty import scope_uncertainty, uncertainty_keys
 from .scoring.collective import ProcessGroup
 from .scoring.pairs import NEGATIVE_SAMPLING, SCOPES, PairBuilder
 from .scoring.reasoning import ReasoningExtractor
@@ -82,6 +83,11 @@ class MIDiagnosticsConfig:
         ema_alpha (`float`, defaults to `0.9`): decay of the MI-ZScore-EMA sigma.
         ks (`tuple[int, ...]`, defaults to `(2, 4, 8)`): Recall@k.
         seed (`int`, defaults to `0`): seed of the pair sampling (combined with the step and scope).
+        num_permutations (`int`, defaults to `1000`): label shuffles of the permutation test of retrieval above
+            chance (`retrieval_pvalue`); 0 switches it off.
+        num_bootstrap (`int`, defaults to `1000`): bootstrap resamples of the intervals (`<key>_ci_low/high`); 0
+            switches them off.
+        confidence_level (`float`, defaults to `0.95`): level of the intervals and of `retrieval_null_high`.
     """
 
     enabled: bool = True
@@ -96,6 +102,9 @@ class MIDiagnosticsConfig:
     ema_alpha: float = 0.9
     ks: tuple[int, ...] = field(default=DEFAULT_KS)
     seed: int = 0
+    num_permutations: int = 1000
+    num_bootstrap: int = 1000
+    confidence_level: float = 0.95
 
     def __post_init__(self):
         self.scopes = (self.scopes,) if isinstance(self.scopes, str) else tuple(self.scopes)
@@ -131,6 +140,9 @@ class MIDiagnosticsConfig:
                 all(isinstance(k, int) and k >= 1 for k in self.ks),
                 "use positive integers, e.g. (2, 4, 8)",
             ),
+            ("num_permutations", self.num_permutations, self.num_permutations >= 0, "use 0 (off) or e.g. 1000"),
+            ("num_bootstrap", self.num_bootstrap, self.num_bootstrap >= 0, "use 0 (off) or e.g. 1000"),
+            ("confidence_level", self.confidence_level, 0 < self.confidence_level < 1, "use a level in (0, 1)"),
         ]
         for name, value, ok, fix in checks:
             if not ok:
@@ -158,7 +170,7 @@ class MIDiagnostics:
         self.next_step = 1  # 1-indexed optimizer step at which the diagnostics run next
         self._warned: set[str] = set()
         probe = mi_metrics(torch.zeros(1, 1), torch.ones(1), torch.zeros(1, dtype=torch.long), ks=self.config.ks)
-        self.metric_keys = (*probe, *EMA_KEYS, *COUNT_KEYS)
+        self.metric_keys = (*probe, *EMA_KEYS, *COUNT_KEYS, *uncertainty_keys(self.config.ks))
 
     # ------------------------------------------------------------------ schedule
 
@@ -266,11 +278,11 @@ class MIDiagnostics:
                     memo=memo,
                 )
             metrics.update(
-                {f"ragen2/mi/{scope}/{key}": value for key, value in self._scope_metrics(scope, result).items()}
+                {f"ragen2/mi/{scope}/{key}": value for key, value in self._scope_metrics(scope, result, step).items()}
             )
         return metrics
 
-    def _scope_metrics(self, scope: str, result: ScopeResult) -> dict[str, float]:
+    def _scope_metrics(self, scope: str, result: ScopeResult, step: int = 1) -> dict[str, float]:
         values = dict.fromkeys(self.metric_keys, math.nan)
         if result.error is None:
             values.update(
@@ -283,7 +295,9 @@ class MIDiagnostics:
                     marginal=self.config.marginal,
                 )
             )
+            ema_state = self.ema[scope].state_dict()  # before this batch, for the intervals of MI-ZScore-EMA
             values.update(self.ema[scope].update(values))
+            values.update(scope_uncertainty(result, self.config, scope=scope, step=step, ema_state=ema_state))
         else:
             self._warn_once(scope, result.error)
         num_pairs = 0 if result.logp is None else result.logp.shape[0]

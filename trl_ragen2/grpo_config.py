@@ -196,6 +196,12 @@ class MIDiagnosticsArguments:
             Per-token marginal of MI-Est: `"ragen"` (RAGEN's code, the paper's plotted curves) or `"paper"` (Eq. 1).
         mi_ema_alpha (`float`, *optional*, defaults to `0.9`):
             Decay of the MI-ZScore-EMA standard deviation (the paper's 0.9).
+        mi_num_permutations (`int`, *optional*, defaults to `1000`):
+            Label shuffles of the permutation test of retrieval above chance (`retrieval_pvalue`); 0 turns it off.
+        mi_num_bootstrap (`int`, *optional*, defaults to `1000`):
+            Bootstrap resamples of the confidence intervals of every proxy (`<key>_ci_low/high`); 0 turns them off.
+        mi_confidence_level (`float`, *optional*, defaults to `0.95`):
+            Level of the intervals and of the chance band (`retrieval_null_high`).
     """
 
     mi_diagnostics: bool = field(default=True, metadata={"help": "Run the RAGEN-2 MI collapse diagnostics."})
@@ -213,6 +219,11 @@ class MIDiagnosticsArguments:
     mi_negative_sampling: str = field(default="random", metadata={"help": "'random' or 'similar' negatives."})
     mi_marginal: str = field(default="ragen", metadata={"help": "'ragen' (plotted curves) or 'paper' (Eq. 1)."})
     mi_ema_alpha: float = field(default=0.9, metadata={"help": "EMA decay of MI-ZScore-EMA's sigma (paper: 0.9)."})
+    mi_num_permutations: int = field(
+        default=1000, metadata={"help": "Label shuffles of the retrieval permutation test (0: off)."}
+    )
+    mi_num_bootstrap: int = field(default=1000, metadata={"help": "Bootstrap resamples of the intervals (0: off)."})
+    mi_confidence_level: float = field(default=0.95, metadata={"help": "Level of the MI confidence intervals."})
 
     def mi_diagnostics_config(self):
         """The [`~trl_ragen2.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there)."""
@@ -231,6 +242,9 @@ class MIDiagnosticsArguments:
                 marginal=self.mi_marginal,
                 ema_alpha=self.mi_ema_alpha,
                 seed=getattr(self, "seed", 0),
+                num_permutations=self.mi_num_permutations,
+                num_bootstrap=self.mi_num_bootstrap,
+                confidence_level=self.mi_confidence_level,
             )
         except ValueError as error:  # name the trainer-config field, not the inner dataclass
             message = str(error).replace("MIDiagnosticsConfig.", "mi_")

@@ -374,3 +374,39 @@ def mi_uncertainty(
     for key in interval_keys(ks):
         out[f"{key}_ci_low"], out[f"{key}_ci_high"] = intervals[key]
     return out
+
+
+def scope_uncertainty(result, config, *, scope: str, step: int, ema_state: dict) -> dict[str, float]:
+    """[`mi_uncertainty`] of one computed scope of the MI diagnostics (`trl_ragen2.diagnostics`).
+
+    `result` is the scope's `ScopeResult`, `config` the `MIDiagnosticsConfig` (`num_permutations`, `num_bootstrap`,
+    `confidence_level`, `ks`, `marginal`, `num_negatives`, `seed`, `ema_alpha`), `ema_state` the scope's
+    `MIZScoreEMA.state_dict()` before this batch. The seed depends on the config's seed, the step and the scope
+    only, so every process gets the same numbers. A resampling switched off (0) leaves its keys NaN.
+    """
+    from .scoring.pairs import scope_generator
+
+    out = dict.fromkeys(uncertainty_keys(config.ks), math.nan)
+    if config.num_permutations == 0 and config.num_bootstrap == 0:
+        return out
+    values = mi_uncertainty(
+        result.logp,
+        result.lengths,
+        result.target,
+        result.same,
+        ks=config.ks,
+        marginal=config.marginal,
+        num_permutations=max(config.num_permutations, 1),
+        num_bootstrap=max(config.num_bootstrap, 1),
+        level=config.confidence_level,
+        seed=scope_generator(config.seed, step, scope).initial_seed(),
+        shared_columns=config.num_negatives is None,
+        ema_alpha=config.ema_alpha,
+        ema_sigma=ema_state["sigma"],
+        ema_sigma_seq=ema_state["sigma_seq"],
+    )
+    for key in out:
+        is_test = key in TEST_KEYS
+        if (config.num_permutations if is_test else config.num_bootstrap) > 0:
+            out[key] = values[key]
+    return out
