@@ -228,6 +228,32 @@ def test_every_scope_logs_its_p_value_and_intervals_identically_on_a_rerun(tiny_
     assert not math.isnan(off["ragen2/mi/first_turn/mi_est"])
 
 
+def test_text_metrics_cover_every_turn_of_the_batch(tiny_model, tiny_tokenizer):
+    from trl_ragen2.text_metrics import text_template_metrics
+
+    batch, _, _ = build_batch(tiny_tokenizer, ROLLOUTS)
+    metrics = MIDiagnostics(MIDiagnosticsConfig(scopes=("first_turn",))).compute(
+        batch, [{}] * 4, tokenizer=tiny_tokenizer, scorer=TransformersCrossScorer(tiny_model)
+    )
+    # the five non-empty reasoning spans, grouped by prompt (row 2's first turn is empty)
+    texts = [
+        (" the goal is up ", 0),
+        (" now left ", 0),
+        (" maybe down ", 0),
+        (" box is right ", 1),
+        (" box is left ", 1),
+    ]
+    expected = text_template_metrics([encode(tiny_tokenizer, t) for t, _ in texts], [g for _, g in texts])
+    logged = {key.removeprefix("ragen2/text/"): v for key, v in metrics.items() if key.startswith("ragen2/text/")}
+    assert logged.keys() == expected.keys() and logged["num_chains"] == 5
+    for key, value in expected.items():
+        assert logged[key] == pytest.approx(value, nan_ok=True), key
+    quiet = MIDiagnostics(MIDiagnosticsConfig(scopes=("first_turn",), text_metrics=False)).compute(
+        batch, [{}] * 4, tokenizer=tiny_tokenizer, scorer=TransformersCrossScorer(tiny_model)
+    )
+    assert not any(key.startswith("ragen2/text/") for key in quiet)
+
+
 def test_schedule_runs_at_step_one_then_every_n_steps():
     diagnostics = MIDiagnostics(MIDiagnosticsConfig(every_n_steps=5))
     ran = []

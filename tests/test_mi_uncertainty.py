@@ -164,7 +164,9 @@ def test_student_t_quantiles_and_the_widening_factor():
 def test_interval_coverage_on_a_generator_with_known_truth(prompts):
     """Over 300 batches the 95% intervals contain the population value about 95% of the time."""
     chains_per_prompt = 64 // prompts
-    big, big_lengths, big_target = noisy_matrix(10_000 + prompts, chains_per_prompt=200_000 // prompts, prompts=prompts)
+    big, big_lengths, big_target = noisy_matrix(
+        10_000 + prompts, chains_per_prompt=200_000 // prompts, prompts=prompts
+    )
     truth = mi_metrics(big, big_lengths, big_target)  # population values (Monte Carlo error ~1e-3)
     keys = ("retrieval_acc", "recall@2", "mi_est", "mi_zscore", "mi_seq_est", "cond_entropy")
     covered = dict.fromkeys(keys, 0)

@@ -7,7 +7,9 @@ policy, and appends the MI proxies of `trl_ragen2.mi` to the trainer's metrics, 
 - `ragen2/mi/first_turn/<key>` and `ragen2/mi/trajectory/<key>` for every key of [`~mi.mi_metrics`] plus
   `mi_zscore_ema(_seq)` / `marginal_std_ema(_seq)`,
 - `ragen2/mi/<scope>/num_pairs` (chains in the estimate), `num_dropped_empty` (draws whose reasoning was empty),
-  `num_unscored` (pairs the engine could not score) and `time_s` (wall time, the largest over processes).
+  `num_unscored` (pairs the engine could not score) and `time_s` (wall time, the largest over processes),
+- the permutation p-value and bootstrap intervals of each scope's proxies (`trl_ragen2.mi_uncertainty`), and the
+  text template metrics of the whole batch's reasoning, `ragen2/text/<key>` (`trl_ragen2.text_diagnostics`).
 
 Schedule: at the first optimizer step (logged as step 1) and then at every step that is a multiple of
 `every_n_steps` (5, 10, ...), in train mode only, as in RAGEN; a due step without a generated batch (with
@@ -52,6 +54,7 @@ from .scoring.collective import ProcessGroup
 from .scoring.pairs import NEGATIVE_SAMPLING, SCOPES, PairBuilder
 from .scoring.reasoning import ReasoningExtractor
 from .scoring.scopes import LocalRollouts, ScopeResult, ScoreMemo, gather_rows, score_scope
+from .text_diagnostics import batch_text_metrics
 
 
 logger = logging.getLogger(__name__)
@@ -88,6 +91,8 @@ class MIDiagnosticsConfig:
         num_bootstrap (`int`, defaults to `1000`): bootstrap resamples of the intervals (`<key>_ci_low/high`); 0
             switches them off.
         confidence_level (`float`, defaults to `0.95`): level of the intervals and of `retrieval_null_high`.
+        text_metrics (`bool`, defaults to `True`): also log the text template metrics of the batch's reasoning
+            (`ragen2/text/...`, see `trl_ragen2.text_metrics`) at the same steps.
     """
 
     enabled: bool = True
@@ -105,6 +110,7 @@ class MIDiagnosticsConfig:
     num_permutations: int = 1000
     num_bootstrap: int = 1000
     confidence_level: float = 0.95
+    text_metrics: bool = True
 
     def __post_init__(self):
         self.scopes = (self.scopes,) if isinstance(self.scopes, str) else tuple(self.scopes)
@@ -257,6 +263,11 @@ class MIDiagnostics:
         infos, offset, errors = gather_rows(local, error, group)
         memo = ScoreMemo()  # scores shared by the scopes of this batch
         metrics = {}
+        if self.config.text_metrics:  # ragen2/text/...: text template metrics of the same batch
+            text, text_error = batch_text_metrics(local, builder, group, error)
+            metrics.update({f"ragen2/text/{key}": value for key, value in text.items()})
+            if text_error:
+                self._warn_once("text", text_error)
         for scope in self.config.scopes:
             if errors:
                 result = ScopeResult(error="; ".join(errors))

@@ -202,6 +202,9 @@ class MIDiagnosticsArguments:
             Bootstrap resamples of the confidence intervals of every proxy (`<key>_ci_low/high`); 0 turns them off.
         mi_confidence_level (`float`, *optional*, defaults to `0.95`):
             Level of the intervals and of the chance band (`retrieval_null_high`).
+        mi_text_metrics (`bool`, *optional*, defaults to `True`):
+            Also log the text template metrics of the batch's reasoning (distinct-n, self-BLEU, cross-prompt n-gram
+            overlap) under `ragen2/text/...`, at the same steps.
     """
 
     mi_diagnostics: bool = field(default=True, metadata={"help": "Run the RAGEN-2 MI collapse diagnostics."})
@@ -224,6 +227,9 @@ class MIDiagnosticsArguments:
     )
     mi_num_bootstrap: int = field(default=1000, metadata={"help": "Bootstrap resamples of the intervals (0: off)."})
     mi_confidence_level: float = field(default=0.95, metadata={"help": "Level of the MI confidence intervals."})
+    mi_text_metrics: bool = field(
+        default=True, metadata={"help": "Also log distinct-n, self-BLEU and n-gram overlap of the reasoning."}
+    )
 
     def mi_diagnostics_config(self):
         """The [`~trl_ragen2.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there)."""
@@ -245,6 +251,7 @@ class MIDiagnosticsArguments:
                 num_permutations=self.mi_num_permutations,
                 num_bootstrap=self.mi_num_bootstrap,
                 confidence_level=self.mi_confidence_level,
+                text_metrics=self.mi_text_metrics,
             )
         except ValueError as error:  # name the trainer-config field, not the inner dataclass
             message = str(error).replace("MIDiagnosticsConfig.", "mi_")
