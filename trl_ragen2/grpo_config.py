@@ -259,11 +259,33 @@ class MIDiagnosticsArguments:
 
 
 @dataclass
-class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, GRPOConfig):
+class GradientReportArguments:
+    r"""
+    The gradient SNR report (RAGEN-2's Figure 3): per reward-variance bucket of prompt groups, the gradient norms of
+    the task, KL and entropy terms, from separate backward passes without an optimizer step (see
+    `trl_ragen2.grad_report`). Off by default: each report costs about 2-3 optimizer steps of compute.
+
+    Parameters:
+        grad_report_every_n_steps (`int`, *optional*, defaults to `0`):
+            Report at step 1 and then every this many optimizer steps; `0` turns the report off (RAGEN: 50).
+        grad_report_num_buckets (`int`, *optional*, defaults to `6`):
+            Reward-variance quantile buckets (RAGEN: 6); fewer when the batch has fewer prompt groups.
+    """
+
+    grad_report_every_n_steps: int = field(
+        default=0, metadata={"help": "Gradient SNR report every N optimizer steps (0: off; RAGEN: 50)."}
+    )
+    grad_report_num_buckets: int = field(
+        default=6, metadata={"help": "Reward-variance quantile buckets of the gradient report (RAGEN: 6)."}
+    )
+
+
+@dataclass
+class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, GradientReportArguments, GRPOConfig):
     r"""
     Configuration class for [`SNRFilteredGRPOTrainer`]: every [`~trl.GRPOConfig`] field, plus the RAGEN-2
-    SNR-aware filtering fields documented in [`SNRFilterArguments`] and the MI diagnostics fields documented in
-    [`MIDiagnosticsArguments`].
+    SNR-aware filtering fields documented in [`SNRFilterArguments`], the MI diagnostics fields documented in
+    [`MIDiagnosticsArguments`] and the gradient report fields of [`GradientReportArguments`].
 
     > [!NOTE]
     > The paper trains with P = 8 prompts x G = 16 rollouts per iteration, actor lr 1e-6, clip 0.2 / 0.28, entropy
@@ -275,6 +297,9 @@ class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, GRPOConf
         super().__post_init__()
         self.validate_reward_variance_fields()
         self.mi_diagnostics_config()  # validates the mi_* fields
+        from .grad_report import check_report_settings
+
+        check_report_settings(self, sharded=False)  # the trainer checks the sharding
         if self.reward_variance_filtering is not None and self.num_generations < 2:
             raise ValueError(
                 f"reward_variance_filtering={self.reward_variance_filtering!r} needs prompt groups, but "
