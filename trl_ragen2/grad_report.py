@@ -110,17 +110,19 @@ class GradientReport:
             global_rows = [g * generations + k for g in groups for k in range(generations)]
             local = [row - start for row in global_rows if start <= row < start + local_rows]
             totals = dict(total_rows=len(global_rows), total_tokens=int(row_tokens[global_rows].sum()))
-            prefix = f"ragen2/grad/bucket_{number}/"
+            values = {}
             for component in COMPONENTS:
                 if component == "kl" and batch.get("ref_per_token_logps") is None:
-                    metrics[prefix + component] = float("nan")  # no reference model (beta = 0): no KL term
+                    values[component] = float("nan")  # no reference model (beta = 0): no KL term
                     continue
-                gradient = self._gradient(trainer, model, params, batch, local, component, totals)
-                metrics[prefix + component] = global_norm(gradient)
-            metrics[prefix + "reward_variance"] = sum(variances[g] for g in groups) / len(groups)
-            metrics[prefix + "num_groups"] = float(len(groups))
-            metrics[prefix + "num_rows"] = float(totals["total_rows"])
-            metrics[prefix + "num_tokens"] = float(totals["total_tokens"])
+                values[component] = global_norm(
+                    self._gradient(trainer, model, params, batch, local, component, totals)
+                )
+            values["reward_variance"] = sum(variances[g] for g in groups) / len(groups)
+            values["num_groups"] = float(len(groups))
+            values["num_rows"] = float(totals["total_rows"])
+            values["num_tokens"] = float(totals["total_tokens"])
+            metrics.update({f"ragen2/grad/bucket_{number}/{key}": value for key, value in values.items()})
         return metrics
 
     @staticmethod
