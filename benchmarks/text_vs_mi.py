@@ -8,8 +8,14 @@
    with a template share of 0, 0.2, ..., 1 (the input-agnostic diverse template); each end point is measured. The
    Spearman rank correlation of every text metric with MI-Est and with Retrieval-Acc over these points says how
    well the text metrics track the loss of input dependence.
+3. **A real model** (`--real-model`, needs the SmolLM2 kit of `docs/real_model.md`): SmolLM2-135M-Instruct's
+   reasoning about P Countdown inputs (the conditions of `benchmarks/mi_validity.py`), G chains each, either
+   sampled under each input ("specific") or sampled under a generic prompt that shows no instance, G different
+   chains handed to each input ("template": varied text that ignores its input). MI proxies with their p-value
+   and interval, and the text metrics, per condition.
 
-    python benchmarks/text_vs_mi.py
+    python benchmarks/text_vs_mi.py                 # parts 1 and 2 (tiny model)
+    python benchmarks/text_vs_mi.py --real-model    # part 3 only
 """
 
 from __future__ import annotations
@@ -58,7 +64,51 @@ def row(name, m) -> str:
     return f"| {name} | " + " | ".join(f"{value:.3f}" for value in cells) + " |"
 
 
+def real_model(num_prompts=6, num_chains=4, max_new_tokens=40, seed=0):
+    import torch
+    from mi_validity import countdown_prompts, generic_prompt, sample_reasoning
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ragen2.cpu_models import smollm2_path
+    from trl_ragen2.mi import mi_metrics
+    from trl_ragen2.mi_uncertainty import mi_uncertainty
+    from trl_ragen2.scoring import PairBuilder, TransformersCrossScorer
+    from trl_ragen2.text_metrics import text_template_metrics
+
+    began = time.time()
+    path = smollm2_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    builder = PairBuilder(tokenizer)
+    prompts = countdown_prompts(tokenizer, num_prompts)
+    contexts = [builder.context(prompt) for prompt in prompts]
+    target = torch.tensor([m for m in range(num_prompts) for _ in range(num_chains)])
+    conditions = {
+        "specific": sample_reasoning(model, tokenizer, prompts, num_chains, max_new_tokens, seed),
+        # P*G different chains written without seeing any instance, G of them handed to each input
+        "template": sample_reasoning(
+            model, tokenizer, [generic_prompt(tokenizer)], num_prompts * num_chains, max_new_tokens, seed + 10_000
+        ),  # fmt: skip
+    }
+    scorer = TransformersCrossScorer(model)
+    print(f"3. SmolLM2-135M-Instruct, P={num_prompts} Countdown inputs x G={num_chains} chains\n")
+    print("| condition | H(Z\\|X) | Retrieval-Acc (chance) | p-value | MI-Est [95% interval] | distinct-2 | "
+          "self-BLEU within | self-BLEU across | overlap |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    for name, chains in conditions.items():
+        logp = scorer.score(contexts, chains)
+        lengths = torch.tensor([len(chain) for chain in chains])
+        m = mi_metrics(logp, lengths, target)
+        u = mi_uncertainty(logp, lengths, target, seed=seed)
+        t = text_template_metrics(chains, target.tolist())
+        print(f"| {name} | {m['cond_entropy']:.3f} | {m['retrieval_acc']:.3f} ({m['retrieval_chance']:.3f}) | "
+              f"{u['retrieval_pvalue']:.3f} | {m['mi_est']:.3f} [{u['mi_est_ci_low']:.3f}, {u['mi_est_ci_high']:.3f}] | "
+              + " | ".join(f"{t[k.removeprefix('text/')]:.3f}" for k in TEXT) + " |", flush=True)  # fmt: skip
+    print(f"\n({time.time() - began:.0f}s)")
+
+
 def main():
+    if "--real-model" in sys.argv[1:]:
+        return real_model()
     began = time.time()
     kit = Kit()
     header = (
