@@ -24,8 +24,8 @@ reasoning (healthy) or on a mixture whose template share rises from 0 to 1 (coll
 their own input's target, the task of these inputs). The success drop is the first diagnostic with success below
 half of its level before the drift; lead time = success drop minus alarm, both measured.
 
-    python benchmarks/collapse_alarm.py                        # synthetic runs and tiny-model runs
-    python benchmarks/collapse_alarm.py --synthetic 20 --kit-runs 0   # a quick look
+    python benchmarks/collapse_alarm.py --synthetic 50 --kit-runs 3   # the numbers in docs/method.md
+    python benchmarks/collapse_alarm.py --synthetic 10 --kit-runs 0   # a quick look
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ STEPS_PER_DIAGNOSTIC = 5
 SUCCESS_LAG_STEPS = 20  # synthetic runs only: the modelled delay of success behind MI
 PRESETS = {  # sensitivity settings compared
     "default": {},
-    "sensitive": dict(min_drop=0.3, patience=1, require="either"),
+    "either": dict(require="either"),  # MI-ZScore-EMA or retrieval: earlier, more false alarms
     "conservative": dict(min_drop=0.6, patience=3),
 }
 PERMUTATIONS, BOOTSTRAP = 200, 300  # fewer than the training default (1000) to keep the sweep short
