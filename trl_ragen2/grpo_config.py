@@ -327,6 +327,15 @@ class MIDiagnosticsArguments:
             Per-token marginal of MI-Est: `"ragen"` (RAGEN's code, the paper's plotted curves) or `"paper"` (Eq. 1).
         mi_ema_alpha (`float`, *optional*, defaults to `0.9`):
             Decay of the MI-ZScore-EMA standard deviation (the paper's 0.9).
+        mi_num_permutations (`int`, *optional*, defaults to `1000`):
+            Label shuffles of the permutation test of retrieval above chance (`retrieval_pvalue`); 0 turns it off.
+        mi_num_bootstrap (`int`, *optional*, defaults to `1000`):
+            Bootstrap resamples of the confidence intervals of every proxy (`<key>_ci_low/high`); 0 turns them off.
+        mi_confidence_level (`float`, *optional*, defaults to `0.95`):
+            Level of the intervals and of the chance band (`retrieval_null_high`).
+        mi_text_metrics (`bool`, *optional*, defaults to `True`):
+            Also log the text template metrics of the batch's reasoning (distinct-n, self-BLEU, cross-prompt n-gram
+            overlap) under `ragen2/text/...`, at the same steps.
     """
 
     mi_diagnostics: bool = field(default=True, metadata={"help": "Run the RAGEN-2 MI collapse diagnostics."})
@@ -344,6 +353,14 @@ class MIDiagnosticsArguments:
     mi_negative_sampling: str = field(default="random", metadata={"help": "'random' or 'similar' negatives."})
     mi_marginal: str = field(default="ragen", metadata={"help": "'ragen' (plotted curves) or 'paper' (Eq. 1)."})
     mi_ema_alpha: float = field(default=0.9, metadata={"help": "EMA decay of MI-ZScore-EMA's sigma (paper: 0.9)."})
+    mi_num_permutations: int = field(
+        default=1000, metadata={"help": "Label shuffles of the retrieval permutation test (0: off)."}
+    )
+    mi_num_bootstrap: int = field(default=1000, metadata={"help": "Bootstrap resamples of the intervals (0: off)."})
+    mi_confidence_level: float = field(default=0.95, metadata={"help": "Level of the MI confidence intervals."})
+    mi_text_metrics: bool = field(
+        default=True, metadata={"help": "Also log distinct-n, self-BLEU and n-gram overlap of the reasoning."}
+    )
 
     def mi_diagnostics_config(self):
         """The [`~trl_ragen2.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there)."""
@@ -362,6 +379,10 @@ class MIDiagnosticsArguments:
                 marginal=self.mi_marginal,
                 ema_alpha=self.mi_ema_alpha,
                 seed=getattr(self, "seed", 0),
+                num_permutations=self.mi_num_permutations,
+                num_bootstrap=self.mi_num_bootstrap,
+                confidence_level=self.mi_confidence_level,
+                text_metrics=self.mi_text_metrics,
             )
         except ValueError as error:  # name the trainer-config field, not the inner dataclass
             message = str(error).replace("MIDiagnosticsConfig.", "mi_")
@@ -369,11 +390,33 @@ class MIDiagnosticsArguments:
 
 
 @dataclass
-class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, GRPOConfig):
+class GradientReportArguments:
+    r"""
+    The gradient SNR report (RAGEN-2's Figure 3): per reward-variance bucket of prompt groups, the gradient norms of
+    the task, KL and entropy terms, from separate backward passes without an optimizer step (see
+    `trl_ragen2.grad_report`). Off by default: each report costs about 2-3 optimizer steps of compute.
+
+    Parameters:
+        grad_report_every_n_steps (`int`, *optional*, defaults to `0`):
+            Report at step 1 and then every this many optimizer steps; `0` turns the report off (RAGEN: 50).
+        grad_report_num_buckets (`int`, *optional*, defaults to `6`):
+            Reward-variance quantile buckets (RAGEN: 6); fewer when the batch has fewer prompt groups.
+    """
+
+    grad_report_every_n_steps: int = field(
+        default=0, metadata={"help": "Gradient SNR report every N optimizer steps (0: off; RAGEN: 50)."}
+    )
+    grad_report_num_buckets: int = field(
+        default=6, metadata={"help": "Reward-variance quantile buckets of the gradient report (RAGEN: 6)."}
+    )
+
+
+@dataclass
+class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, GradientReportArguments, GRPOConfig):
     r"""
     Configuration class for [`SNRFilteredGRPOTrainer`]: every [`~trl.GRPOConfig`] field, plus the RAGEN-2
-    SNR-aware filtering fields documented in [`SNRFilterArguments`] and the MI diagnostics fields documented in
-    [`MIDiagnosticsArguments`].
+    SNR-aware filtering fields documented in [`SNRFilterArguments`], the MI diagnostics fields documented in
+    [`MIDiagnosticsArguments`] and the gradient report fields of [`GradientReportArguments`].
 
     > [!NOTE]
     > The paper trains with P = 8 prompts x G = 16 rollouts per iteration, actor lr 1e-6, clip 0.2 / 0.28, entropy
@@ -385,6 +428,9 @@ class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, GRPOConf
         super().__post_init__()
         self.validate_reward_variance_fields()
         self.mi_diagnostics_config()  # validates the mi_* fields
+        from .grad_report import check_report_settings
+
+        check_report_settings(self, sharded=False)  # the trainer checks the sharding
         if self.reward_variance_filtering is not None and self.num_generations < 2:
             raise ValueError(
                 f"reward_variance_filtering={self.reward_variance_filtering!r} needs prompt groups, but "

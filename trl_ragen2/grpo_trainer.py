@@ -8,7 +8,8 @@ RAGEN-2 (arXiv 2604.06268) §3.3. The trainer is thin: it wires the pure functio
   passes; `_get_per_token_logps_and_entropies` then scores only the kept rows in those passes (and, in the loss,
   hands the entropies to the normalisation below);
 - `_calculate_rewards`: keeps the gathered (global) raw rewards, identical on every process;
-- `_generate_and_score_completions`: selects groups from those rewards and drops the other rows;
+- `_generate_and_score_completions`: selects groups from those rewards and drops the other rows (before that, the
+  MI diagnostics and, when on, the gradient SNR report of `trl_ragen2.grad_report` see the whole batch);
 - `_prepare_inputs`: lays the kept rows out over the micro-steps (full mini-batches, fewer updates);
 - `_compute_loss`: renormalises TRL's micro-batch loss so each optimizer step is plain GRPOTrainer's step on its
   kept rows, and keeps TRL's per-row metrics to the kept rows;
@@ -46,9 +47,10 @@ from .batch_utils import (
     trim_completion_padding,
     zero_loss_rows,
 )
-from .diagnostics import MIDiagnostics
+from .diagnostics import MIDiagnostics, _is_sharded
 from .empty_steps import FILTER_STATE_FILE, EmptyStepGuard, FilterState
 from .filtering import filter_stats, group_reward_scores, std_over_mean
+from .grad_report import GradientReport, check_report_settings
 from .grpo_config import SNRFilteredGRPOConfig
 from .keep_rate import AUTO, FilterDecision, select_under
 from .micro_steps import MicroStep, chunk_windows, correct_trl_metrics, fill_chunks, loss_factors, plan_micro_steps
@@ -139,6 +141,12 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self.empty_step_guard = EmptyStepGuard(self)
         self.add_callback(self.empty_step_guard)
         self.mi_diagnostics = MIDiagnostics(args.mi_diagnostics_config()) if args.mi_diagnostics else None
+        check_report_settings(args, sharded=args.grad_report_every_n_steps > 0 and _is_sharded(self))
+        self.gradient_report = (
+            GradientReport(args.grad_report_every_n_steps, args.grad_report_num_buckets)
+            if args.grad_report_every_n_steps
+            else None
+        )
 
     # ----------------------------------------------------------------------------------------------------------
     # Rewards and selection
@@ -227,6 +235,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         """Work on the whole (pre-filter) batch: the MI diagnostics, at step 1 and every `mi_every_n_steps`."""
         if self.mi_diagnostics is not None:
             self.mi_diagnostics.on_batch(self, inputs, batch)
+        if self.gradient_report is not None:  # norms per reward-variance bucket, no optimizer step
+            self.gradient_report.on_batch(self, batch, self._raw_rewards())
 
     def _generate_and_score_completions(self, inputs):
         # The dataset rows of this generation batch, for a rollout_func that needs more than the prompts
