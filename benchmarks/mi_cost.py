@@ -14,14 +14,15 @@ step 2 does not, so one run gives
 Scored-token counts are printed beside the cost model of `docs/scaling.md`. Wall time on a shared machine is noisy;
 CPU time (`time.process_time`) is printed too.
 
-    python benchmarks/mi_cost.py                         # P=4, G=4, T=5, L=96 (the measured CPU setting)
-    python benchmarks/mi_cost.py --prompts 2 --generations 4 --max_tokens_per_turn 48   # smaller
+    python benchmarks/mi_cost.py      # P=2, G=4, T=5, L=24: the batch of the CPU preset (recipes/configs/agent_cpu.yaml)
+    python benchmarks/mi_cost.py --prompts 4 --generations 4 --max_tokens_per_turn 96   # a larger batch
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import tempfile
 import time
@@ -67,7 +68,8 @@ def train_two_steps(args, output_dir):
 
     rollouts = args.prompts * args.generations
     config = SNRFilteredGRPOConfig(
-        output_dir=output_dir, **CPU_TRAINING_KWARGS, num_generations=args.generations,
+        output_dir=output_dir, **{**CPU_TRAINING_KWARGS, "gradient_checkpointing": True},  # as the CPU presets
+        num_generations=args.generations,
         per_device_train_batch_size=rollouts, max_steps=2, learning_rate=1e-6, beta=0.0, logging_steps=1,
         max_completion_length=args.max_turns * (args.max_tokens_per_turn + 120), save_strategy="no",
         reward_variance_top_p_mode="softmax", reward_variance_include_zero=True, seed=0, disable_tqdm=True,
@@ -84,12 +86,37 @@ def train_two_steps(args, output_dir):
     def capture(trainer_, rows, batch):
         if trainer_.model.training and trainer_.mi_diagnostics.is_due(trainer_.state.global_step + 1):
             captured["rows"], captured["batch"] = rows, batch
+            cpu = time.process_time()
+            out = on_batch(trainer_, rows, batch)
+            captured["diagnostics_cpu_s"] = time.process_time() - cpu
+            return out
         return on_batch(trainer_, rows, batch)
 
     trainer.mi_diagnostics.on_batch = capture
+    step_cpu = step_cpu_callback()
+    trainer.add_callback(step_cpu)
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "step_time" in entry]
+    for entry, cpu in zip(logs, step_cpu.times, strict=False):
+        entry["step_cpu_s"] = cpu
     return trainer, captured, logs
+
+
+def step_cpu_callback():
+    """A trainer callback recording the CPU seconds of each optimizer step (`.times`), beside TRL's wall `step_time`."""
+    from transformers import TrainerCallback
+
+    class StepCPUTime(TrainerCallback):
+        def __init__(self):
+            self.times = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.began = time.process_time()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.times.append(time.process_time() - self.began)
+
+    return StepCPUTime()
 
 
 def diagnostics_pass(model, tokenizer, rows, batch, **config):
@@ -122,10 +149,10 @@ def plain_forward(model, num_tokens: int, row_length: int, rows_per_forward: int
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=4, help="P: prompts per step")
+    parser.add_argument("--prompts", type=int, default=2, help="P: prompts per step")
     parser.add_argument("--generations", type=int, default=4, help="G: rollouts per prompt")
     parser.add_argument("--max_turns", type=int, default=5, help="T: turns per episode")
-    parser.add_argument("--max_tokens_per_turn", type=int, default=96, help="L: generation limit per turn")
+    parser.add_argument("--max_tokens_per_turn", type=int, default=24, help="L: generation limit per turn")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
@@ -137,16 +164,23 @@ def main(argv=None):
     step_with, step_without = logs[0]["step_time"], logs[1]["step_time"]
     diag_in_step = sum(logs[0][f"ragen2/mi/{scope}/time_s"] for scope in ("first_turn", "trajectory"))
     every = trainer.args.mi_every_n_steps
+    cpu_with, cpu_without = logs[0].get("step_cpu_s", math.nan), logs[1].get("step_cpu_s", math.nan)
+    diag_cpu = captured["diagnostics_cpu_s"]
     results = {
         "setting": vars(args),
         "step_time_with_diagnostics_s": step_with,
         "step_time_without_diagnostics_s": step_without,
         "diagnostics_time_in_training_s": diag_in_step,
         "amortised_overhead": diag_in_step / (every * step_without),
+        "step_cpu_with_diagnostics_s": cpu_with,
+        "step_cpu_without_diagnostics_s": cpu_without,
+        "diagnostics_cpu_in_training_s": diag_cpu,
+        "amortised_overhead_cpu": diag_cpu / (every * cpu_without),
         "format_error_rate": logs[0].get("ragen2/env/frozen_lake/format_error_rate"),
     }
     print(f"(a) step {step_without:.1f} s without diagnostics, {step_with:.1f} s with; diagnostics {diag_in_step:.1f}"
-          f" s -> amortised overhead at every {every} steps: {results['amortised_overhead']:.1%}")  # fmt: skip
+          f" s -> amortised overhead at every {every} steps: {results['amortised_overhead']:.1%}; in CPU time "
+          f"{diag_cpu:.1f} s of {cpu_without:.1f} s per step -> {results['amortised_overhead_cpu']:.1%}")  # fmt: skip
 
     rows, batch = captured["rows"], captured["batch"]
     exact, wall, cpu, tokens = diagnostics_pass(model, tokenizer, rows, batch)
