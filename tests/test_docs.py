@@ -157,11 +157,13 @@ def expected_keys() -> set[str]:
     from trl_ragen2.grad_report import BUCKET_KEYS
     from trl_ragen2.rollout import Episode, EpisodeSpec
     from trl_ragen2.text_metrics import TEXT_KEYS
+    from trl_ragen2_envs import ENVIRONMENTS, get_env_class
 
     keys = {f"ragen2/filter/{key}" for key in filter_stats(torch.tensor([0.0, 1.0]), 2, torch.ones(1, dtype=bool))}
     keys |= {f"ragen2/mi/<scope>/{key}" for key in MIDiagnostics().metric_keys}
     episode = Episode(EpisodeSpec("sokoban", 0), None, [], [], 1, 1)
     keys |= {f"ragen2/env/{key}" for key in aggregate_env_metrics([("<env>", episode.stats())])}
+    keys |= {f"ragen2/env/{name}/{key}" for name in ENVIRONMENTS for key in get_env_class(name).episode_metric_keys}
     keys |= {key for key in source_templates() if not PLACEHOLDER.search(key)}
     keys |= {f"ragen2/text/{key}" for key in TEXT_KEYS}
     keys |= {f"ragen2/alarm/{key}" for key in ALARM_KEYS}

@@ -124,6 +124,8 @@ def test_task_recipe_one_step(tmp_path, task, extra):
             isolation.startswith(("bubblewrap", "unshare"))
             and f"Sandbox isolation: {isolation}" in (out / "README.md").read_text()
         )
+        level = {"bubblewrap": 3, "unshare": 2}[isolation.split()[0]]  # and in the step's metrics
+        assert summary["final_metrics"]["ragen2/env/deepcoder/isolation_level"] == level
     assert details == {"Environment": task, "Algorithm": "ppo" if "ppo" in extra else "grpo"}
     if "ppo" in extra:
         assert "ragen2/ppo/value_loss" in summary["final_metrics"] and (out / "critic" / "config.json").exists()
