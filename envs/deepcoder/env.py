@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..base import StepResult, TextEnv, finished_step, invalid_step
+from ..base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
 from ..tool_adapter import ToolEnvAdapter
 from .extraction import assemble_program, extract_code, syntax_error
 from .judging import TestOutcome, format_feedback, run_tests
@@ -206,7 +206,7 @@ class DeepCoderEnv(TextEnv):
 
     def step(self, action: str) -> StepResult:
         if self.problem is None:
-            return invalid_step(self.render(), "no episode has started; call reset()")
+            return not_started_step()
         if self.done:
             return finished_step(self.render(), self.best_score == 1.0)
         if not isinstance(action, str):

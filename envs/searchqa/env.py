@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..base import StepResult, TextEnv, finished_step, invalid_step
+from ..base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
 from ..tool_adapter import ToolEnvAdapter
 from .answers import score_answer
 from .hotpotqa import HotpotQuestion, global_passages, load_hotpotqa, question_passages
@@ -243,7 +243,7 @@ class SearchQAEnv(TextEnv):
 
     def step(self, action: str) -> StepResult:
         if self.episode is None:
-            return invalid_step(self.render(), "no episode has started; call reset()")
+            return not_started_step()
         if self.done:
             return finished_step(self.render(), self.succeeded)
         parsed = parse_action(action)

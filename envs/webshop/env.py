@@ -20,7 +20,7 @@ import json
 import uuid
 from typing import Any
 
-from ..base import StepResult, TextEnv, invalid_step
+from ..base import StepResult, TextEnv, not_started_step
 from ..tool_adapter import ToolEnvAdapter
 from .data import ShopConfig, load_shop
 from .engine import ShopSession
@@ -157,7 +157,7 @@ class WebShopEnv(TextEnv):
 
     def step(self, action: str) -> StepResult:
         if self.session is None:
-            return invalid_step("", "no episode: call reset() before step()", page=None, raw_reward=0.0, turn=0)
+            return not_started_step(page=None, raw_reward=0.0, turn=0)
         session = self.session
         before = session.state
         outcome = session.act(action)
