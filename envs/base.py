@@ -32,12 +32,15 @@ T = TypeVar("T")
 class TextEnv(ABC):
     """Base class of the text environments.
 
-    Subclasses set `name`, implement `reset`, `step` and `render`, and return their task instructions from
-    `instructions`. Discrete tasks list their action vocabulary in `action_vocabulary()`; open-ended ones
-    (Countdown, MetaMathQA) return `None`.
+    Subclasses set `name` (and `takes_split` when they choose instances by split), implement `reset`, `step` and
+    `render`, and return their task instructions from `instructions`. Discrete tasks list their action vocabulary
+    in `action_vocabulary()`; open-ended ones (Countdown, MetaMathQA) return `None`.
     """
 
     name: str = ""
+    # Whether the constructor takes a `split` keyword and draws its instances from that split (WebShop's goals);
+    # dataset builders then give the train and evaluation environments their own split.
+    takes_split: bool = False
 
     def __init__(self) -> None:
         self.rng = np.random.default_rng()

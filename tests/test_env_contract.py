@@ -1,12 +1,14 @@
-"""What every registered environment does before its first episode (`envs/base.py`): `step` does not raise but
-answers with `not_started_step()`, an invalid step on an empty observation, and changes nothing, so the first
-`reset` gives the instance a fresh environment gives."""
+"""What every registered environment shares (`envs/base.py`): `step` before the first episode does not raise but
+answers with `not_started_step()`, an invalid step on an empty observation, and changes nothing (the first `reset`
+gives the instance a fresh environment gives); `takes_split` says whether the constructor takes a `split`."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
-from trl_ragen2_envs import ENVIRONMENTS, make_env
+from trl_ragen2_envs import ENVIRONMENTS, get_env_class, make_env
 from trl_ragen2_envs.base import NOT_STARTED_REASON
 
 from .webshop_data import index_cache_dir
@@ -42,3 +44,10 @@ def test_step_before_reset_is_an_invalid_step(name, tmp_path_factory):
     assert env.reset(seed=3) == make_env(name, **config).reset(seed=3)  # the steps changed nothing
     assert env.step(action)[3].get("invalid_reason") != NOT_STARTED_REASON
     env.close()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_takes_split_matches_the_constructor(name):
+    """`takes_split` (read by the recipes' dataset builder) says whether the constructor has a `split` keyword."""
+    env_class = get_env_class(name)
+    assert env_class.takes_split == ("split" in inspect.signature(env_class).parameters)

@@ -425,6 +425,27 @@ def test_config_validation(tmp_path, overrides, message):
         make_args(tmp_path, **overrides)
 
 
+@pytest.mark.parametrize(
+    "layout, group_size",
+    [
+        ({"per_device_train_batch_size": 4}, 2),
+        ({"per_device_train_batch_size": 3, "gradient_accumulation_steps": 2}, 3),
+        ({"per_device_train_batch_size": 2, "steps_per_generation": 3}, 2),
+        ({"per_device_train_batch_size": 2, "generation_batch_size": 8}, 4),
+        ({"per_device_train_batch_size": 4, "per_device_eval_batch_size": 3, "eval_strategy": "steps"}, 2),
+    ],
+)
+def test_one_rollout_config_equals_the_grouped_one(tmp_path, layout, group_size):
+    """With `num_generations=1`, GRPOConfig's checks run with another group size; every field they derive must be
+    the one a grouped config gets (a TRL release that derives something from `num_generations` fails here)."""
+    layout = {"reward_variance_filtering": None, "eval_steps": 1, **layout}
+    one = make_args(tmp_path, num_generations=1, **layout)
+    grouped = make_args(tmp_path, num_generations=group_size, num_generations_eval=1, **layout)
+    assert (one.num_generations, one.num_generations_eval) == (1, None)
+    differing = {key for key, value in one.to_dict().items() if grouped.to_dict()[key] != value}
+    assert differing == {"num_generations", "num_generations_eval"}
+
+
 def test_config_defaults_follow_the_paper(tmp_path, caplog):
     args = SNRFilteredPPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
     assert (args.gamma, args.lam, args.critic_learning_rate, args.learning_rate) == (1.0, 1.0, 1e-5, 1e-6)

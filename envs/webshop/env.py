@@ -80,6 +80,7 @@ class WebShopEnv(TextEnv):
     """
 
     name = "webshop"
+    takes_split = True
 
     def __init__(
         self,
