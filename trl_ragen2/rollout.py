@@ -42,6 +42,8 @@ from tqdm.auto import tqdm
 from trl_ragen2_envs import make_env
 from trl_ragen2_envs.datasets import parse_env_config, row_seed
 from trl_ragen2_envs.prompts import (
+    THINK_CLOSE,
+    THINK_OPEN,
     check_protocol,
     initial_messages,
     parse_response,
@@ -49,9 +51,6 @@ from trl_ragen2_envs.prompts import (
     reward_feedback,
     turn_prompt,
 )
-
-
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 @dataclass

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-METRICS_FILE = "metrics.jsonl"  # the file tracking.MetricsJSONLCallback writes
+METRICS_FILE = "metrics.jsonl"  # the file tracking.MetricsJSONLCallback writes (the name's one definition)
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 MI_SCOPES = ("first_turn", "trajectory")
