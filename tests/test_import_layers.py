@@ -1,0 +1,157 @@
+"""The import rule of `docs/architecture.md`: the pure modules and the environments load and run without the
+layers above them.
+
+Each check runs in a fresh interpreter whose import system refuses the named packages (a meta-path finder that
+raises `ModuleNotFoundError`, as for a package that is not installed), imports the modules and calls them, so an
+import hidden inside a function is caught too. A static check adds that no environment module names `trl_ragen2`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAINER_STACK = ("trl", "transformers", "accelerate", "datasets", "matplotlib", "peft", "vllm", "deepspeed")
+
+BLOCKER = """
+import sys
+
+BLOCKED = {blocked!r}
+already = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED)
+assert not already, f"imported before the blocker: {{already}}"
+
+
+class RefuseBlocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, RefuseBlocked())
+"""
+
+
+def run_without(blocked: tuple[str, ...], code: str, cwd: Path) -> subprocess.CompletedProcess:
+    script = BLOCKER.format(blocked=set(blocked)) + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_filtering_mi_and_the_run_log_readers_need_no_trainer_stack(tmp_path):
+    records = [
+        {"step": 1, "reward": 0.5, "ragen2/filter/kept_fraction": 0.75, "ragen2/mi/first_turn/mi_est": 0.2},
+        {"step": 2, "reward": 0.4, "ragen2/filter/kept_fraction": 0.5, "ragen2/mi/first_turn/mi_est": 0.1},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(record) for record in records) + "\n")
+    code = """
+    import torch
+
+    from trl_ragen2 import filter_stats, group_reward_scores, mi_metrics, select_groups
+    from trl_ragen2.cli import main
+    from trl_ragen2.mi import MIZScoreEMA
+    from trl_ragen2.panels import panel_data
+    from trl_ragen2.run_logs import load_run_logs, summarize
+
+    rewards = torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    scores = group_reward_scores(rewards, num_generations=2)
+    keep = select_groups(scores, strategy="top_p", top_p=0.9)
+    assert filter_stats(rewards, 2, keep)["kept_fraction"] > 0
+    logp = torch.tensor([[-1.0, -3.0], [-2.5, -0.5]])
+    metrics = mi_metrics(logp, torch.ones(2), torch.arange(2))
+    metrics.update(MIZScoreEMA().update(metrics))
+    assert metrics["retrieval_acc"] == 1.0
+    logs = load_run_logs(".")
+    assert summarize(logs.records) and panel_data(logs)
+    assert main(["summary", "."]) == 0
+    """
+    result = run_without(TRAINER_STACK, code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "kept_fraction" in result.stdout  # the summary printed the run's metrics
+
+
+def test_the_run_log_readers_need_no_torch(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 0.5}) + "\n")
+    code = """
+    import trl_ragen2
+    from trl_ragen2.cli import main
+    from trl_ragen2.run_logs import load_run_logs, summarize
+
+    assert trl_ragen2.__version__
+    assert summarize(load_run_logs(".").records)
+    assert main(["summary", ".", "--json"]) == 0
+    """
+    result = run_without(("torch", *TRAINER_STACK), code, tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_environments_need_no_torch_and_no_trainer_stack(tmp_path):
+    code = """
+    import importlib
+    import pkgutil
+
+    import trl_ragen2_envs
+    from trl_ragen2_envs import ENVIRONMENTS, make_env
+    from trl_ragen2_envs.datasets import build_rows
+
+    for module in pkgutil.walk_packages(trl_ragen2_envs.__path__, "trl_ragen2_envs."):
+        if not module.name.endswith(".server"):  # the web servers need flask, an extra
+            importlib.import_module(module.name)
+    configs = {"webshop": {"procedural": True, "procedural_products": 100, "cache_dir": "index"}}
+    for name in ENVIRONMENTS:
+        env = make_env(name, **configs.get(name, {}))
+        env.reset(seed=0)
+        observation, reward, done, info = env.step("Up")
+        assert isinstance(observation, str) and "action_is_valid" in info
+        env.close()
+    assert build_rows("sokoban", "train", 2)[1]["seed"] == 1
+    """
+    result = run_without(("torch", *TRAINER_STACK), code, tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_public_name_without_its_dependency_says_what_is_missing(tmp_path):
+    code = """
+    from trl_ragen2 import select_groups  # the pure names still load
+
+    try:
+        from trl_ragen2 import SNRFilteredGRPOTrainer
+    except ModuleNotFoundError as error:
+        assert error.name.split(".")[0] in ("trl", "transformers"), error.name
+        print(error)
+    else:
+        raise AssertionError("the trainer imported without TRL")
+    """
+    result = run_without(("trl", "transformers"), code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "trl_ragen2.SNRFilteredGRPOTrainer needs" in result.stdout and "which is not installed" in result.stdout
+
+
+def test_every_public_name_imports():
+    import trl_ragen2
+
+    missing = [name for name in trl_ragen2.__all__ if getattr(trl_ragen2, name, None) is None]
+    assert missing == []
+    with pytest.raises(AttributeError, match="has no attribute 'not_a_name'"):
+        trl_ragen2.not_a_name  # noqa: B018
+
+
+def test_environment_modules_never_name_trl_ragen2():
+    offenders = []
+    for path in sorted((ROOT / "envs").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            offenders += [f"{path.relative_to(ROOT)}: {name}" for name in names if name.split(".")[0] == "trl_ragen2"]
+    assert offenders == []
