@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -141,6 +142,73 @@ def test_every_public_name_imports():
     assert missing == []
     with pytest.raises(AttributeError, match="has no attribute 'not_a_name'"):
         trl_ragen2.not_a_name  # noqa: B018
+
+
+def layer_table() -> dict[str, int]:
+    """Module (or package) name -> layer number, from the layer table of docs/architecture.md."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text.split("<!-- layer table", 1)[1].split("\n\n", 2)[1]
+    layers = {}
+    for row in table.splitlines()[2:]:
+        number, modules = re.match(r"\| (\d+)\. [^|]+\| ([^|]+) \|", row).groups()
+        for name in re.findall(r"`([\w.]+)`", modules):
+            layers[name] = int(number)
+    return layers
+
+
+def imported_modules(path: Path, module: str) -> list[tuple[str, int]]:
+    """The `trl_ragen2` and `trl_ragen2_envs` modules a file imports (anywhere in it), with the line numbers."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            # `from trl_ragen2 import X` loads the module that defines X (the package exports lazily)
+            targets = [f"{base}.{alias.name}" for alias in node.names] if base == "trl_ragen2" else [base]
+        else:
+            continue
+        found += [
+            (target, node.lineno) for target in targets if target.split(".")[0] in ("trl_ragen2", "trl_ragen2_envs")
+        ]
+    return found
+
+
+def layer_of(name: str, layers: dict[str, int]) -> int | None:
+    while name:
+        if name in layers:
+            return layers[name]
+        name = name.rpartition(".")[0]
+    return None
+
+
+def test_imports_point_down_the_layer_table():
+    import trl_ragen2
+
+    layers = layer_table()
+    exports = {f"trl_ragen2.{name}": module for name, module in trl_ragen2._LAZY.items()}
+    unlisted, upward = [], []
+    for path in sorted((ROOT / "trl_ragen2").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        if module == "trl_ragen2":
+            continue  # the lazy export table
+        layer = layers.get(module)
+        if layer is None:
+            unlisted.append(module)
+            continue
+        for target, line in imported_modules(path, module):
+            target = exports.get(target, target)
+            if target == "trl_ragen2.__version__":
+                continue
+            target_layer = layer_of(target, layers)
+            if target_layer is None or target_layer > layer:
+                upward.append(f"{module} (layer {layer}) line {line} imports {target} (layer {target_layer})")
+    assert unlisted == [], "add these modules to the layer table of docs/architecture.md"
+    assert upward == []
 
 
 def test_environment_modules_never_name_trl_ragen2():
