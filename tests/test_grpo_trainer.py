@@ -1,5 +1,6 @@
 """SNRFilteredGRPOTrainer on the tiny offline model: which rows train, exact loss, empty steps, resume, options."""
 
+import dataclasses
 import json
 import logging
 import math
@@ -9,7 +10,8 @@ import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+from trl_ragen2 import MIDiagnosticsConfig, SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+from trl_ragen2.grpo_config import MI_CONFIG_FIELDS, MIDiagnosticsArguments
 from trl_ragen2.tiny import make_tiny_model, tiny_model_path
 
 from .scripted import (
@@ -202,10 +204,21 @@ def test_mi_diagnostics_run_on_the_pre_filter_batch_and_resume(tmp_path, tiny_to
 
 
 def test_mi_config_errors_name_the_trainer_field(tmp_path):
-    with pytest.raises(ValueError, match="mi_every_n_steps=0 is invalid"):
+    # every MIDiagnosticsConfig setting but ks and seed comes from one mi_* field, whose name its errors carry
+    assert set(MI_CONFIG_FIELDS) == {f.name for f in dataclasses.fields(MIDiagnosticsConfig)} - {"ks", "seed"}
+    assert sorted(MI_CONFIG_FIELDS.values()) == sorted(f.name for f in dataclasses.fields(MIDiagnosticsArguments))
+    with pytest.raises(ValueError, match=r"^mi_every_n_steps=0 is invalid; use an integer >= 1"):
         make_args(tmp_path, mi_every_n_steps=0)
-    with pytest.raises(ValueError, match="mi_scopes"):
+    with pytest.raises(ValueError, match=r"^mi_scopes=\('everything',\) is invalid; .*, or set mi_diagnostics=False$"):
         make_args(tmp_path, mi_scopes=["everything"])
+    with pytest.raises(ValueError, match=r"^mi_ema_alpha=1.0 is invalid"):
+        make_args(tmp_path, mi_ema_alpha=1.0)
+    with pytest.raises(ValueError, match=r"^MIDiagnosticsConfig.every_n_steps=0 is invalid"):
+        MIDiagnosticsConfig(every_n_steps=0)  # built directly, it names its own field
+    config = make_args(
+        tmp_path, mi_every_n_steps=3, mi_scopes=["trajectory"], mi_ema_alpha=0.5
+    ).mi_diagnostics_config()
+    assert (config.every_n_steps, config.scopes, config.ema_alpha, config.seed) == (3, ("trajectory",), 0.5, 7)
 
 
 def test_model_card_carries_tags_and_citation(tmp_path, tiny_tokenizer):

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from trl_ragen2.mi import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_MI_THRESHOLD, REGIMES, reasoning_regime
+from trl_ragen2.panels import Panel, Series
 from trl_ragen2.plots import (
     MissingMetricsError,
     classify_run,
@@ -99,6 +100,19 @@ def test_training_curves_plot_exactly_the_logged_values():
     assert eval_line.get_linestyle() == "--" and eval_line.get_label() == "validation"
     assert line(panel(figure, "MI-Est"), f"{MI}/mi_est") == (sorted(REGIME_POINTS), [0.30, 0.01, 0.20, 0.00])
     assert line(panel(figure, "Entropy"), f"{MI}/cond_entropy")[1] == [1.2, 1.0, 0.2, 0.1]
+
+
+def test_a_series_with_a_std_key_is_shaded_one_std_around_it_in_any_panel():
+    history = [{"step": 1, "reward": 0.5, "reward_std": 0.25}, {"step": 2, "reward": 1.0}, {"step": 3, "reward": 0.0,
+               "reward_std": 0.5}]  # fmt: skip
+    (band,) = panel(plot_training_curves(history), "Reward").collections
+    assert band.get_label() == "reward ± std"
+    corners = {tuple(vertex) for vertex in band.get_paths()[0].vertices.tolist()}
+    assert corners == {(1.0, 0.25), (1.0, 0.75), (3.0, -0.5), (3.0, 0.5)}  # mean ± std at steps 1 and 3 (2: no std)
+    custom = Panel("Return", "return", "ret", lambda keys: [Series("ret", "return", std_key="ret_std")])
+    renamed = [{"step": 1, "ret": 2.0, "ret_std": 1.0}, {"step": 2, "ret": 3.0, "ret_std": 1.0}]
+    (band,) = plot_training_curves(renamed, panels=(custom,)).axes[0].collections  # keyed on the series, not a title
+    assert band.get_label() == "ret ± std"
 
 
 def test_pooled_env_and_ppo_panels_appear_only_when_they_add_something():

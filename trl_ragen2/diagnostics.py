@@ -40,13 +40,12 @@ import json
 import logging
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import InitVar, asdict, dataclass, field
 
-import torch
 from transformers import TrainerCallback
 
-from .mi import DEFAULT_KS, MARGINAL_MODES, MIZScoreEMA, mi_metrics
+from .mi import DEFAULT_KS, EMA_KEYS, MARGINAL_MODES, MIZScoreEMA, mi_metric_keys, mi_metrics
 from .scoring.collective import ProcessGroup
 from .scoring.pairs import NEGATIVE_SAMPLING, SCOPES, PairBuilder
 from .scoring.reasoning import ReasoningExtractor
@@ -57,7 +56,6 @@ logger = logging.getLogger(__name__)
 
 ENGINES = ("auto", "transformers", "vllm")
 STATE_FILE = "mi_diagnostics_state.json"
-EMA_KEYS = ("marginal_std_ema", "marginal_std_ema_seq", "mi_zscore_ema", "mi_zscore_ema_seq")
 COUNT_KEYS = ("num_pairs", "num_dropped_empty", "num_unscored", "time_s")
 
 
@@ -82,6 +80,9 @@ class MIDiagnosticsConfig:
         ema_alpha (`float`, defaults to `0.9`): decay of the MI-ZScore-EMA sigma.
         ks (`tuple[int, ...]`, defaults to `(2, 4, 8)`): Recall@k.
         seed (`int`, defaults to `0`): seed of the pair sampling (combined with the step and scope).
+        field_names (`Mapping[str, str]`, *optional*): how the errors name a field, e.g. `{"every_n_steps":
+            "mi_every_n_steps"}` for a trainer config that sets it; `MIDiagnosticsConfig.<field>` otherwise. Not
+            stored.
     """
 
     enabled: bool = True
@@ -96,8 +97,12 @@ class MIDiagnosticsConfig:
     ema_alpha: float = 0.9
     ks: tuple[int, ...] = field(default=DEFAULT_KS)
     seed: int = 0
+    field_names: InitVar[Mapping[str, str] | None] = None
 
-    def __post_init__(self):
+    def __post_init__(self, field_names: Mapping[str, str] | None):
+        def named(name: str) -> str:
+            return (field_names or {}).get(name, f"MIDiagnosticsConfig.{name}")
+
         self.scopes = (self.scopes,) if isinstance(self.scopes, str) else tuple(self.scopes)
         self.ks = tuple(self.ks)
         checks = [
@@ -107,7 +112,7 @@ class MIDiagnosticsConfig:
                 "scopes",
                 self.scopes,
                 bool(self.scopes) and set(self.scopes) <= set(SCOPES),
-                f"choose from {SCOPES}, or set enabled=False",
+                f"choose from {SCOPES}, or set {named('enabled')}=False",
             ),
             ("engine", self.engine, self.engine in ENGINES, f"choose one of {ENGINES}"),
             ("max_tokens_per_chunk", self.max_tokens_per_chunk, self.max_tokens_per_chunk >= 1, "use an integer >= 1"),
@@ -134,9 +139,9 @@ class MIDiagnosticsConfig:
         ]
         for name, value, ok, fix in checks:
             if not ok:
-                raise ValueError(f"MIDiagnosticsConfig.{name}={value!r} is invalid; {fix}")
+                raise ValueError(f"{named(name)}={value!r} is invalid; {fix}")
         if len(set(self.scopes)) != len(self.scopes):
-            raise ValueError(f"MIDiagnosticsConfig.scopes={self.scopes!r} repeats a scope; list each scope once")
+            raise ValueError(f"{named('scopes')}={self.scopes!r} repeats a scope; list each scope once")
 
 
 class MIDiagnostics:
@@ -157,8 +162,7 @@ class MIDiagnostics:
         self.ema = {scope: MIZScoreEMA(self.config.ema_alpha) for scope in self.config.scopes}
         self.next_step = 1  # 1-indexed optimizer step at which the diagnostics run next
         self._warned: set[str] = set()
-        probe = mi_metrics(torch.zeros(1, 1), torch.ones(1), torch.zeros(1, dtype=torch.long), ks=self.config.ks)
-        self.metric_keys = (*probe, *EMA_KEYS, *COUNT_KEYS)
+        self.metric_keys = (*mi_metric_keys(self.config.ks), *EMA_KEYS, *COUNT_KEYS)
 
     # ------------------------------------------------------------------ schedule
 

@@ -163,6 +163,21 @@ class SNRFilterArguments:
             )
 
 
+# MIDiagnosticsConfig field -> the MIDiagnosticsArguments field that sets it
+MI_CONFIG_FIELDS = {
+    "enabled": "mi_diagnostics",
+    "every_n_steps": "mi_every_n_steps",
+    "num_samples": "mi_num_samples",
+    "scopes": "mi_scopes",
+    "engine": "mi_engine",
+    "max_tokens_per_chunk": "mi_max_tokens_per_chunk",
+    "num_negatives": "mi_num_negatives",
+    "negative_sampling": "mi_negative_sampling",
+    "marginal": "mi_marginal",
+    "ema_alpha": "mi_ema_alpha",
+}
+
+
 @dataclass
 class MIDiagnosticsArguments:
     r"""
@@ -215,26 +230,12 @@ class MIDiagnosticsArguments:
     mi_ema_alpha: float = field(default=0.9, metadata={"help": "EMA decay of MI-ZScore-EMA's sigma (paper: 0.9)."})
 
     def mi_diagnostics_config(self):
-        """The [`~trl_ragen2.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there)."""
+        """The [`~trl_ragen2.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there; its errors name
+        these fields)."""
         from .diagnostics import MIDiagnosticsConfig
 
-        try:
-            return MIDiagnosticsConfig(
-                enabled=self.mi_diagnostics,
-                every_n_steps=self.mi_every_n_steps,
-                num_samples=self.mi_num_samples,
-                scopes=tuple(self.mi_scopes),
-                engine=self.mi_engine,
-                max_tokens_per_chunk=self.mi_max_tokens_per_chunk,
-                num_negatives=self.mi_num_negatives,
-                negative_sampling=self.mi_negative_sampling,
-                marginal=self.mi_marginal,
-                ema_alpha=self.mi_ema_alpha,
-                seed=getattr(self, "seed", 0),
-            )
-        except ValueError as error:  # name the trainer-config field, not the inner dataclass
-            message = str(error).replace("MIDiagnosticsConfig.", "mi_")
-            raise ValueError(message.replace("mi_enabled", "mi_diagnostics")) from None
+        values = {name: getattr(self, field_name) for name, field_name in MI_CONFIG_FIELDS.items()}
+        return MIDiagnosticsConfig(**values, seed=getattr(self, "seed", 0), field_names=MI_CONFIG_FIELDS)
 
 
 @dataclass

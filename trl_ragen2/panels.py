@@ -22,12 +22,14 @@ from .run_logs import MI_SCOPES, as_records, env_names, metric_series
 @dataclass(frozen=True)
 class Series:
     """One line of a panel: a logged key, its legend label, its role ("train", "eval" or "reference", which set the
-    line style), and its colour group (lines of one env or one MI scope share a colour; default: the key)."""
+    line style), its colour group (lines of one env or one MI scope share a colour; default: the key), and
+    optionally the key of its standard deviation, shaded as a band of one std around the line."""
 
     key: str
     label: str
     role: str = "train"
     group: str | None = None
+    std_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,10 @@ PANELS = (
         "Reward",
         "mean reward",
         "reward, eval_reward",
-        _fixed(Series("reward", "train", "train", "reward"), Series("eval_reward", "validation", "eval", "reward")),
+        _fixed(
+            Series("reward", "train", "train", "reward", std_key="reward_std"),
+            Series("eval_reward", "validation", "eval", "reward"),
+        ),
     ),
     Panel("Success rate", "success rate", "ragen2/env/<env>/success_rate", _per_env("success_rate")),
     Panel("Episode return", "mean return", "ragen2/env/<env>/mean_return", _per_env("mean_return"), optional=True),

@@ -262,8 +262,9 @@ def plot_training_curves(history, panels: Sequence[Panel] = PANELS, title: str |
             color = colors.setdefault(group, f"C{len(colors) % 10}")
             (line,) = ax.plot(steps, values, label=series.label, color=color, **LINE_STYLES[series.role])
             line.set_gid(series.key)
-        if panel.title == "Reward":
-            _shade_reward_std(ax, as_records(history))
+        for series, _, _ in lines:
+            if series.std_key is not None:
+                _shade_std(ax, as_records(history), series)
         ax.set_title(panel.title)
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers, also in short runs
@@ -276,10 +277,10 @@ def plot_training_curves(history, panels: Sequence[Panel] = PANELS, title: str |
     return figure
 
 
-def _shade_reward_std(ax, records: list[dict]) -> None:
-    """Shade train reward +- reward_std at the steps that logged both."""
-    mean = dict(zip(*metric_series(records, "reward"), strict=True))
-    std = dict(zip(*metric_series(records, "reward_std"), strict=True))
+def _shade_std(ax, records: list[dict], series) -> None:
+    """Shade a series' value +- its `std_key` at the steps that logged both."""
+    mean = dict(zip(*metric_series(records, series.key), strict=True))
+    std = dict(zip(*metric_series(records, series.std_key), strict=True))
     steps = sorted(set(mean) & set(std))
     if steps:
         ax.fill_between(
@@ -287,7 +288,7 @@ def _shade_reward_std(ax, records: list[dict]) -> None:
             [mean[s] - std[s] for s in steps],
             [mean[s] + std[s] for s in steps],
             alpha=0.15,
-            label="reward ± std",
+            label=f"{series.key} ± std",
         )
 
 
