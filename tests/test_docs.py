@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from trl_ragen2.run_logs import MI_SCOPES
+
 from .webshop_data import DATA_DIR, HAS_1K_CATALOGUE
 
 
@@ -33,7 +35,6 @@ HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 BACKTICKED = re.compile(r"`([^`\n]+)`")
 PLACEHOLDER = re.compile(r"\{[^{}]*\}|<[^<>/]*>")
 KEY_LITERAL = re.compile(r"""f?(["'])((?:eval_)?ragen2/[^"'\n]*)\1""")
-SCOPES = ("first_turn", "trajectory")
 
 
 def markdown_files() -> list[Path]:
@@ -120,7 +121,7 @@ def normalize(key: str) -> str:
     if len(parts) >= 3 and parts[0] in ("ragen2", "eval_ragen2"):
         if parts[1] == "env" and parts[2] in ENVIRONMENTS:
             parts[2] = "<env>"
-        if parts[1] == "mi" and parts[2] in SCOPES:
+        if parts[1] == "mi" and parts[2] in MI_SCOPES:
             parts[2] = "<scope>"
     return "/".join(parts)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .filtering import SCORE_METRICS, STRATEGIES, TOP_P_MODES, check_top_k
+from .run_logs import MI_SCOPES
 
 
 LOSS_SCALINGS = ("none", "linear", "sqrt")
@@ -217,7 +218,7 @@ class MIDiagnosticsArguments:
     mi_every_n_steps: int = field(default=5, metadata={"help": "Run at step 1, then every N steps (RAGEN: 5)."})
     mi_num_samples: int = field(default=64, metadata={"help": "Pairs sampled per scope (RAGEN: 64)."})
     mi_scopes: list[str] = field(
-        default_factory=lambda: ["first_turn", "trajectory"],
+        default_factory=lambda: list(MI_SCOPES),
         metadata={"help": "Scopes: first_turn and/or trajectory."},
     )
     mi_engine: str = field(default="auto", metadata={"help": "'transformers', 'vllm' or 'auto'."})
