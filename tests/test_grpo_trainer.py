@@ -20,6 +20,7 @@ from .scripted import (
     parity_reward_for,
     record_loss_rows,
     script_generation,
+    scripted_trainer,
     snapshot,
     tiny_trainer_args,
 )
@@ -32,18 +33,6 @@ def make_args(tmp_path, cls=SNRFilteredGRPOConfig, **overrides):
 def assert_same_params(a, b, atol=0.0):
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=atol, rtol=0, msg=name)
-
-
-def scripted_trainer(tmp_path, tokenizer, prompts=AMPLITUDES, trainer_cls=SNRFilteredGRPOTrainer, model=None, **args):
-    config_cls = SNRFilteredGRPOConfig if trainer_cls is SNRFilteredGRPOTrainer else GRPOConfig
-    trainer = trainer_cls(
-        model=model if model is not None else make_tiny_model(tokenizer, seed=0),
-        reward_funcs=parity_reward_for(AMPLITUDES),
-        args=make_args(tmp_path, config_cls, **args),
-        train_dataset=dataset(prompts),
-        processing_class=tokenizer,
-    )
-    return script_generation(trainer)
 
 
 def test_only_the_kept_groups_reach_the_loss(tmp_path, tiny_tokenizer):
