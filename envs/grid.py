@@ -107,7 +107,8 @@ class GridEnv(TextEnv):
     def symbol_legend(self) -> dict[str, str]:
         return dict(self.symbols)
 
-    # -- episode bookkeeping ---------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # Episode bookkeeping
 
     def _start_episode(self, solved: bool = False) -> None:
         """Open an episode with no move made; one that starts solved is already over."""

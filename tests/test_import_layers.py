@@ -223,34 +223,3 @@ def test_environment_modules_never_name_trl_ragen2():
                 continue
             offenders += [f"{path.relative_to(ROOT)}: {name}" for name in names if name.split(".")[0] == "trl_ragen2"]
     assert offenders == []
-
-
-# `from .test_x import`, `from tests.test_x import`, `import tests.test_x`, `from tests import test_x` (also in the
-# source strings a test runs in another interpreter)
-TEST_MODULE_IMPORT = re.compile(
-    r"\s*(?:from\s+(?:\.|tests\.)test_\w+\s+import"
-    r"|import\s+(?:tests\.)?test_\w+"
-    r"|from\s+(?:\.|tests)\s+import\s.*\btest_\w+)"
-)
-
-
-def imports_of_test_modules(text: str) -> list[str]:
-    """The lines of `text` that import a test module (`test_*.py`)."""
-    return [line.strip() for line in text.splitlines() if TEST_MODULE_IMPORT.match(line)]
-
-
-def test_the_pattern_finds_each_way_of_importing_a_test_module():
-    lines = ["from .test_plots import make_history", "    from tests.test_grpo_trainer import scripted_trainer",
-             "import tests.test_cli", "from . import scripted, test_cli", "from tests import test_cli"]  # fmt: skip
-    assert [imports_of_test_modules(line) for line in lines] == [[line.strip()] for line in lines]
-    helpers = "from .scripted import dataset\nfrom tests.torchrun import torchrun\nimport pytest\n"
-    assert imports_of_test_modules(helpers) == []
-
-
-def test_test_modules_import_only_helper_modules():
-    offenders = [
-        f"{path.relative_to(ROOT)}: {line}"
-        for path in sorted((ROOT / "tests").rglob("*.py"))
-        for line in imports_of_test_modules(path.read_text(encoding="utf-8"))
-    ]
-    assert offenders == [], "move what these lines import into a helper module of tests/ (a name without test_)"

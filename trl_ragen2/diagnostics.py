@@ -164,7 +164,8 @@ class MIDiagnostics:
         self._warned: set[str] = set()
         self.metric_keys = (*mi_metric_keys(self.config.ks), *EMA_KEYS, *COUNT_KEYS)
 
-    # ------------------------------------------------------------------ schedule
+    # -----------------------------------------------------------------------------------------------------------
+    # Schedule
 
     def is_due(self, step: int) -> bool:
         """Whether the diagnostics run at this 1-indexed optimizer step (`trainer.state.global_step + 1`)."""
@@ -174,7 +175,8 @@ class MIDiagnostics:
         n = self.config.every_n_steps
         self.next_step = (step // n + 1) * n
 
-    # ------------------------------------------------------------------ trainer entry point
+    # -----------------------------------------------------------------------------------------------------------
+    # Trainer entry point
 
     def on_batch(self, trainer, rows: Sequence[dict] | None, batch: dict) -> dict[str, float]:
         """Compute and log the diagnostics if due; call right after `_generate_and_score_completions`.
@@ -224,7 +226,8 @@ class MIDiagnostics:
             )
         return self.scorer
 
-    # ------------------------------------------------------------------ trainer-free core
+    # -----------------------------------------------------------------------------------------------------------
+    # Trainer-free core
 
     def compute(
         self,
@@ -306,7 +309,8 @@ class MIDiagnostics:
                 "MI diagnostics: scope %r could not be computed (%s); its keys are logged as NaN", scope, reason
             )
 
-    # ------------------------------------------------------------------ state
+    # -----------------------------------------------------------------------------------------------------------
+    # State
 
     def state_dict(self) -> dict:
         """The resumable state (next diagnostics step, EMA per scope) and the config, as JSON-ready data."""

@@ -134,9 +134,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self.add_callback(self.empty_step_guard)
         self.mi_diagnostics = MIDiagnostics(args.mi_diagnostics_config()) if args.mi_diagnostics else None
 
-    # ----------------------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
     # Rewards and selection
-    # ----------------------------------------------------------------------------------------------------------
 
     def _generate(self, prompts):
         result = super()._generate(prompts)
@@ -320,9 +319,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         metrics["ragen2/filter/consecutive_empty_steps"].append(float(self.filter_state.consecutive_empty_steps))
         metrics["ragen2/filter/loss_scale"].append(self._loss_scale)
 
-    # ----------------------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
     # Micro-batching and loss
-    # ----------------------------------------------------------------------------------------------------------
 
     def _prepare_inputs(self, generation_batch):
         self._filtered_batch = None
@@ -457,9 +455,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             else:
                 del metrics[key]
 
-    # ----------------------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
     # Checkpoints and model card
-    # ----------------------------------------------------------------------------------------------------------
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)

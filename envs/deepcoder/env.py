@@ -31,9 +31,8 @@ from .procedural import FAMILIES, generate_problem
 from .sandbox import Sandbox, SandboxConfig
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Prompts
-############################################################
 
 INSTRUCTIONS = (
     "You solve programming problems in Python 3. Answer with one complete program in a ```python code block. "
@@ -49,9 +48,8 @@ TOOL_INSTRUCTIONS = (
 DATASETS = ("procedural", "humaneval", "deepcoder")
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Problem sources
-############################################################
 
 
 @lru_cache(maxsize=8)
@@ -66,9 +64,8 @@ def attempt_score(outcomes: list[TestOutcome]) -> float:
     return sum(o.passed for o in outcomes) / len(outcomes) if outcomes else 0.0
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Environment
-############################################################
 
 
 class DeepCoderEnv(TextEnv):
@@ -251,9 +248,8 @@ class DeepCoderEnv(TextEnv):
         return self.render(), reward, self.done, info
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # TRL adapter (environment_factory)
-############################################################
 
 
 class DeepCoderToolEnv(ToolEnvAdapter):

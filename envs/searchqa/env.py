@@ -34,9 +34,8 @@ from .retrieval import MAX_DOC_CHARS, MAX_TOTAL_CHARS, BM25Retriever, HTTPRetrie
 from .world import build_world
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Prompts
-############################################################
 
 INSTRUCTIONS = (
     "You answer questions by searching a collection of encyclopedia passages. Actions: search[query] shows "
@@ -55,9 +54,8 @@ TOOL_INSTRUCTIONS = (
 )
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Game logic (pure functions)
-############################################################
 
 # Longer actions are refused before parsing, and longer queries and answers are cut, so no text the model writes
 # makes a step slow or an observation long. A 400-token reply (RAGEN's turn limit) stays far below both.
@@ -133,9 +131,8 @@ def _hotpotqa_question_retriever(question: HotpotQuestion) -> BM25Retriever:
     return BM25Retriever(question_passages(question))
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Environment
-############################################################
 
 
 class SearchQAEnv(TextEnv):
@@ -278,9 +275,8 @@ class SearchQAEnv(TextEnv):
         return self.episode.retriever.search(query, self.top_k)
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # TRL adapter (environment_factory)
-############################################################
 
 
 class SearchQAToolEnv(ToolEnvAdapter):

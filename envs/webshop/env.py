@@ -31,7 +31,7 @@ from .reward import rl_reward
 
 MAX_TURNS = 9  # RAGEN's WebShop: 9 turns, one action each
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Prompts
 
 INSTRUCTIONS_TEMPLATE = """You are shopping in WebShop, a simulated online store, for the product that the instruction on the page describes. Give exactly one action per turn:
@@ -56,7 +56,7 @@ def format_observation(page_text: str, actions: list[str]) -> str:
     return f"{page_text}\nAvailable actions: {', '.join(actions)}"
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Environment
 
 
@@ -124,7 +124,8 @@ class WebShopEnv(TextEnv):
         self.turn = 0
         self.episode_id = ""
 
-    # -- protocol ----------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # Protocol
 
     @property
     def catalog_name(self) -> str:
@@ -192,7 +193,8 @@ class WebShopEnv(TextEnv):
         """RAGEN's list: `search[<content>]` where a search box is shown, then `click[...]` per clickable."""
         return self._session().available_actions()
 
-    # -- internals ---------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # Internals
 
     def _session(self) -> ShopSession:
         if self.session is None:
@@ -227,7 +229,7 @@ class WebShopEnv(TextEnv):
         )
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # TRL adapter
 
 
