@@ -136,6 +136,7 @@ def warm_start(model, tokenizer, episodes, *, epochs: int, lr: float, batch_size
     examples = [(e.prompt_ids + e.completion_ids, [0] * len(e.prompt_ids) + e.env_mask) for e in episodes]
     generator = torch.Generator().manual_seed(seed)
     losses = []
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     for _ in range(epochs):
         order = torch.randperm(len(examples), generator=generator).tolist()
@@ -154,6 +155,7 @@ def warm_start(model, tokenizer, episodes, *, epochs: int, lr: float, batch_size
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.item())
+    model.gradient_checkpointing_disable()
     model.eval()
     return losses
 
@@ -173,13 +175,14 @@ def grpo(model_dir: str, output_dir: str, args, *, filtered: bool) -> tuple[list
 
     rows_per_step = args.grpo_prompts * args.grpo_generations
     config = SNRFilteredGRPOConfig(
-        output_dir=output_dir, **CPU_TRAINING_KWARGS, num_generations=args.grpo_generations,
+        output_dir=output_dir, **{**CPU_TRAINING_KWARGS, "gradient_checkpointing": True},
+        num_generations=args.grpo_generations,
         per_device_train_batch_size=rows_per_step, max_steps=args.grpo_steps, learning_rate=args.grpo_lr,
         beta=0.0, loss_type="dapo", temperature=1.0, logging_steps=1, save_strategy="no", seed=args.seed,
         max_completion_length=args.max_turns * (args.max_tokens_per_turn + 150), disable_tqdm=True,
         reward_variance_filtering="top_p" if filtered else None, reward_variance_top_p=0.9,
         reward_variance_top_p_mode="linear", reward_variance_include_zero=False,
-        reward_variance_empty_patience=args.grpo_steps + 1, mi_every_n_steps=1, mi_num_samples=32,
+        reward_variance_empty_patience=args.grpo_steps + 1, mi_every_n_steps=1, mi_num_samples=args.mi_num_samples,
     )  # fmt: skip
     train = Dataset.from_list(
         build_rows(ENV, "train", args.grpo_prompts * args.grpo_steps, start_index=args.sft_episodes)
@@ -248,69 +251,128 @@ def plot(results: dict, folder: str) -> list[str]:
 # Main
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke check of the pipeline")
+    parser.add_argument(
+        "--stage",
+        choices=["all", "warm", "grpo", "report"],
+        default="all",
+        help="all (sequential); or warm, then grpo (one process per variant), then report",
+    )
+    parser.add_argument("--variant", choices=["filtered", "unfiltered"], default="filtered", help="with --stage grpo")
+    parser.add_argument("--warm_dir", default=None, help="warm-start checkpoint (written by --stage warm)")
+    parser.add_argument("--inputs", nargs="*", default=[], help="with --stage report: the stages' JSON files")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max_turns", type=int, default=3)
-    parser.add_argument("--max_tokens_per_turn", type=int, default=48)
-    parser.add_argument("--eval_episodes", type=int, default=100, help="validation seeds (held out)")
-    parser.add_argument("--sft_episodes", type=int, default=192, help="solver episodes (train seeds 0..N-1)")
+    parser.add_argument("--max_tokens_per_turn", type=int, default=40)
+    parser.add_argument("--eval_episodes", type=int, default=64, help="validation seeds (held out)")
+    parser.add_argument("--sft_episodes", type=int, default=128, help="solver episodes (train seeds 0..N-1)")
     parser.add_argument("--sft_epochs", type=int, default=2)
     parser.add_argument("--sft_lr", type=float, default=5e-5)
-    parser.add_argument("--grpo_steps", type=int, default=8)
+    parser.add_argument("--grpo_steps", type=int, default=6)
     parser.add_argument("--grpo_prompts", type=int, default=4)
     parser.add_argument("--grpo_generations", type=int, default=4)
     parser.add_argument("--grpo_lr", type=float, default=2e-6)
+    parser.add_argument("--mi_num_samples", type=int, default=16)
     parser.add_argument("--figures", default="docs/figures")
     parser.add_argument("--out", default=None, help="write all numbers as JSON here")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # fmt: skip
     if args.quick:
         args.eval_episodes, args.sft_episodes, args.sft_epochs, args.grpo_steps = 4, 8, 1, 1
         args.grpo_prompts, args.grpo_generations, args.max_tokens_per_turn = 2, 2, 32
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
+    return args
 
+
+def clock():
+    return time.perf_counter(), time.process_time()
+
+
+def since(start) -> dict:
+    wall, cpu = clock()
+    return {"wall_s": round(wall - start[0], 1), "cpu_s": round(cpu - start[1], 1)}
+
+
+def stage_warm(args, results: dict, warm_dir: str) -> None:
+    """Base and warm-start evaluations; the warm-started model saved to `warm_dir`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_ragen2.cpu_models import smollm2_path
 
-    began, cpu_began = time.perf_counter(), time.process_time()
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32).eval()
     config = rollout_config(args)
     held_out = specs("validation", args.eval_episodes)
-    results = {"settings": vars(args), "eval": {}, "logs": {}}
-
+    start = clock()
     results["eval"]["base"] = evaluate(model, tokenizer, held_out, config)
-    print("base:", results["eval"]["base"])
+    results["time"]["eval_base"] = since(start)
+    print("base:", results["eval"]["base"], results["time"]["eval_base"], flush=True)
+    start = clock()
     demos = play(None, tokenizer, specs("train", args.sft_episodes), config,
                  policy=lambda episode: solver_reply(episode, config.max_actions_per_turn))  # fmt: skip
     results["solver_success"] = sum(e.stats()["success"] for e in demos) / len(demos)
-    losses = warm_start(model, tokenizer, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=8, seed=args.seed)
+    losses = warm_start(model, tokenizer, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=4, seed=args.seed)
     results["sft_loss_first_last"] = [losses[0], losses[-1]]
+    results["time"]["warm_start"] = since(start)
+    start = clock()
     results["eval"]["warm_start"] = evaluate(model, tokenizer, held_out, config)
-    print("warm start:", results["eval"]["warm_start"], "solver success", results["solver_success"])
+    results["time"]["eval_warm_start"] = since(start)
+    print("warm start:", results["eval"]["warm_start"], "solver success", results["solver_success"], flush=True)
+    model.save_pretrained(warm_dir)
+    tokenizer.save_pretrained(warm_dir)
 
+
+def stage_grpo(args, results: dict, warm_dir: str, variant: str, scratch: str) -> None:
+    """GRPO from the warm start (`variant`: filtered or unfiltered), then its evaluation."""
+    from transformers import AutoTokenizer
+
+    name = f"grpo_{variant}"
+    tokenizer = AutoTokenizer.from_pretrained(warm_dir)
+    torch.manual_seed(args.seed)
+    start = clock()
+    logs, trained = grpo(warm_dir, os.path.join(scratch, name), args, filtered=variant == "filtered")
+    results["time"][name] = since(start)
+    results["logs"][name] = logs
+    start = clock()
+    results["eval"][name] = evaluate(trained, tokenizer, specs("validation", args.eval_episodes), rollout_config(args))
+    results["time"][f"eval_{name}"] = since(start)
+    print(f"{name}:", results["eval"][name], results["time"][name], flush=True)
+
+
+def merge(paths: list[str]) -> dict:
+    merged = {"eval": {}, "logs": {}, "time": {}}
+    for path in paths:
+        with open(path) as f:
+            part = json.load(f)
+        for key in ("eval", "logs", "time"):
+            merged[key].update(part.get(key, {}))
+        merged.update({k: v for k, v in part.items() if k not in ("eval", "logs", "time")})
+    return merged
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    results = {"settings": vars(args), "eval": {}, "logs": {}, "time": {}}
     with tempfile.TemporaryDirectory() as scratch:
-        warm_dir = os.path.join(scratch, "warm_start")
-        model.save_pretrained(warm_dir)
-        tokenizer.save_pretrained(warm_dir)
-        del model
-        for name, filtered in (("grpo_filtered", True), ("grpo_unfiltered", False)):
-            torch.manual_seed(args.seed)
-            logs, trained = grpo(warm_dir, os.path.join(scratch, name), args, filtered=filtered)
-            results["logs"][name] = logs
-            results["eval"][name] = evaluate(trained, tokenizer, held_out, config)
-            print(f"{name}:", results["eval"][name])
-            del trained
-    results["wall_s"], results["cpu_s"] = time.perf_counter() - began, time.process_time() - cpu_began
+        warm_dir = args.warm_dir or os.path.join(scratch, "warm_start")
+        if args.stage in ("all", "warm"):
+            stage_warm(args, results, warm_dir)
+        if args.stage == "all":
+            for variant in ("filtered", "unfiltered"):
+                stage_grpo(args, results, warm_dir, variant, scratch)
+        if args.stage == "grpo":
+            stage_grpo(args, results, warm_dir, args.variant, scratch)
+    if args.stage == "report":
+        results = merge(args.inputs)
+    results["cpu_s_total"] = round(sum(t["cpu_s"] for t in results["time"].values()), 1)
     print(json.dumps({k: v for k, v in results.items() if k != "logs"}, indent=2))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2, default=str)
-    if not args.quick:
+    if not args.quick and args.stage in ("all", "report"):
         for path in plot(results, args.figures):
             print(f"wrote {path}")
     return results

@@ -14,14 +14,15 @@ step 2 does not, so one run gives
 Scored-token counts are printed beside the cost model of `docs/scaling.md`. Wall time on a shared machine is noisy;
 CPU time (`time.process_time`) is printed too.
 
-    python benchmarks/mi_cost.py                         # P=4, G=4, T=5, L=96 (the measured CPU setting)
-    python benchmarks/mi_cost.py --prompts 2 --generations 4 --max_tokens_per_turn 48   # smaller
+    python benchmarks/mi_cost.py      # P=2, G=4, T=5, L=24: the batch of the CPU preset (recipes/configs/agent_cpu.yaml)
+    python benchmarks/mi_cost.py --prompts 4 --generations 4 --max_tokens_per_turn 96   # a larger batch
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import tempfile
 import time
@@ -31,6 +32,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
+
+from trl_ragen2.run_logs import MI_SCOPES  # noqa: E402
 
 
 class TokenCounter:
@@ -67,7 +70,8 @@ def train_two_steps(args, output_dir):
 
     rollouts = args.prompts * args.generations
     config = SNRFilteredGRPOConfig(
-        output_dir=output_dir, **CPU_TRAINING_KWARGS, num_generations=args.generations,
+        output_dir=output_dir, **{**CPU_TRAINING_KWARGS, "gradient_checkpointing": True},  # as the CPU presets
+        num_generations=args.generations,
         per_device_train_batch_size=rollouts, max_steps=2, learning_rate=1e-6, beta=0.0, logging_steps=1,
         max_completion_length=args.max_turns * (args.max_tokens_per_turn + 120), save_strategy="no",
         reward_variance_top_p_mode="softmax", reward_variance_include_zero=True, seed=0, disable_tqdm=True,
@@ -84,12 +88,37 @@ def train_two_steps(args, output_dir):
     def capture(trainer_, rows, batch):
         if trainer_.model.training and trainer_.mi_diagnostics.is_due(trainer_.state.global_step + 1):
             captured["rows"], captured["batch"] = rows, batch
+            cpu = time.process_time()
+            out = on_batch(trainer_, rows, batch)
+            captured["diagnostics_cpu_s"] = time.process_time() - cpu
+            return out
         return on_batch(trainer_, rows, batch)
 
     trainer.mi_diagnostics.on_batch = capture
+    step_cpu = step_cpu_callback()
+    trainer.add_callback(step_cpu)
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "step_time" in entry]
+    for entry, cpu in zip(logs, step_cpu.times, strict=False):
+        entry["step_cpu_s"] = cpu
     return trainer, captured, logs
+
+
+def step_cpu_callback():
+    """A trainer callback recording the CPU seconds of each optimizer step (`.times`), beside TRL's wall `step_time`."""
+    from transformers import TrainerCallback
+
+    class StepCPUTime(TrainerCallback):
+        def __init__(self):
+            self.times = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.began = time.process_time()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.times.append(time.process_time() - self.began)
+
+    return StepCPUTime()
 
 
 def diagnostics_pass(model, tokenizer, rows, batch, **config):
@@ -122,10 +151,10 @@ def plain_forward(model, num_tokens: int, row_length: int, rows_per_forward: int
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=4, help="P: prompts per step")
+    parser.add_argument("--prompts", type=int, default=2, help="P: prompts per step")
     parser.add_argument("--generations", type=int, default=4, help="G: rollouts per prompt")
     parser.add_argument("--max_turns", type=int, default=5, help="T: turns per episode")
-    parser.add_argument("--max_tokens_per_turn", type=int, default=96, help="L: generation limit per turn")
+    parser.add_argument("--max_tokens_per_turn", type=int, default=24, help="L: generation limit per turn")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
@@ -135,18 +164,25 @@ def main(argv=None):
         trainer, captured, logs = train_two_steps(args, output_dir)
     model, tokenizer = trainer.model, trainer.processing_class
     step_with, step_without = logs[0]["step_time"], logs[1]["step_time"]
-    diag_in_step = sum(logs[0][f"ragen2/mi/{scope}/time_s"] for scope in ("first_turn", "trajectory"))
+    diag_in_step = sum(logs[0][f"ragen2/mi/{scope}/time_s"] for scope in MI_SCOPES)
     every = trainer.args.mi_every_n_steps
+    cpu_with, cpu_without = logs[0].get("step_cpu_s", math.nan), logs[1].get("step_cpu_s", math.nan)
+    diag_cpu = captured["diagnostics_cpu_s"]
     results = {
         "setting": vars(args),
         "step_time_with_diagnostics_s": step_with,
         "step_time_without_diagnostics_s": step_without,
         "diagnostics_time_in_training_s": diag_in_step,
         "amortised_overhead": diag_in_step / (every * step_without),
+        "step_cpu_with_diagnostics_s": cpu_with,
+        "step_cpu_without_diagnostics_s": cpu_without,
+        "diagnostics_cpu_in_training_s": diag_cpu,
+        "amortised_overhead_cpu": diag_cpu / (every * cpu_without),
         "format_error_rate": logs[0].get("ragen2/env/frozen_lake/format_error_rate"),
     }
     print(f"(a) step {step_without:.1f} s without diagnostics, {step_with:.1f} s with; diagnostics {diag_in_step:.1f}"
-          f" s -> amortised overhead at every {every} steps: {results['amortised_overhead']:.1%}")  # fmt: skip
+          f" s -> amortised overhead at every {every} steps: {results['amortised_overhead']:.1%}; in CPU time "
+          f"{diag_cpu:.1f} s of {cpu_without:.1f} s per step -> {results['amortised_overhead_cpu']:.1%}")  # fmt: skip
 
     rows, batch = captured["rows"], captured["batch"]
     exact, wall, cpu, tokens = diagnostics_pass(model, tokenizer, rows, batch)
@@ -170,12 +206,10 @@ def main(argv=None):
         cheap, _, cpu_k, tokens_k = diagnostics_pass(model, tokenizer, rows, batch, num_negatives=k)
         results[f"negatives_{k}"] = {
             "cpu_s": cpu_k, "tokens": tokens_k, "cpu_fraction_of_exact": cpu_k / cpu,
-            **{f"{scope}/{key}": cheap[f"ragen2/mi/{scope}/{key}"] for scope in ("first_turn", "trajectory") for key in keys},
+            **{f"{scope}/{key}": cheap[f"ragen2/mi/{scope}/{key}"] for scope in MI_SCOPES for key in keys},
         }  # fmt: skip
         print(f"(c) K={k}: {tokens_k} tokens, {cpu_k:.1f} CPU s ({cpu_k / cpu:.0%} of exact)")
-    results["exact"] = {
-        f"{scope}/{key}": exact[f"ragen2/mi/{scope}/{key}"] for scope in ("first_turn", "trajectory") for key in keys
-    }
+    results["exact"] = {f"{scope}/{key}": exact[f"ragen2/mi/{scope}/{key}"] for scope in MI_SCOPES for key in keys}
     print(json.dumps(results, indent=2))
     if args.out:
         with open(args.out, "w") as f:

@@ -41,6 +41,8 @@ class TextEnv(ABC):
     # Whether the constructor takes a `split` keyword and draws its instances from that split (WebShop's goals);
     # dataset builders then give the train and evaluation environments their own split.
     takes_split: bool = False
+    # The keys `episode_metrics` returns (listed in docs/metrics.md as `ragen2/env/<name>/<key>`).
+    episode_metric_keys: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.rng = np.random.default_rng()
@@ -89,6 +91,15 @@ class TextEnv(ABC):
     @abstractmethod
     def render(self) -> str:
         """The current state as text (the observation `reset` and `step` return)."""
+
+    def episode_metrics(self) -> dict[str, float]:
+        """The environment's own numbers about the episode it just played, beyond the rollout's statistics.
+
+        The rollout reads them when the episode ends and logs their mean over the environment's episodes as
+        `ragen2/env/<name>/<key>`; the keys are those of `episode_metric_keys` and may not repeat a name of the
+        rollout's own (`success`, `turns`, `success_rate`, ...). None by default.
+        """
+        return {}
 
     def close(self) -> None:  # noqa: B027 (a no-op by default, not abstract: most environments hold nothing)
         """Release resources (most environments hold none)."""

@@ -7,9 +7,10 @@
 # ///
 """Train a SearchQA agent with RAGEN-2 on TRL: SNR-aware filtering and MI collapse diagnostics.
 
-SearchQA: answer multi-hop questions with a BM25 search engine. Actions `search[query]` and `finish[answer]`, up to
-10 steps; reward 1 on exact match, else F1 if >= 0.3. The default corpus is a generated multi-hop world;
-`hotpotqa_path` reads HotpotQA, `retriever_url` a server.
+SearchQA: answer multi-hop questions with a BM25 search engine. Actions `search[query]` and `finish[answer]`, 5 turns
+of one action; reward 1 on exact match, else F1 if >= 0.3. The paper config plays RAGEN's rules
+(`--env_config '{"rules": "ragen"}'`). The default corpus is a generated multi-hop world; `hotpotqa_path` reads
+HotpotQA, `retriever_url` a server.
 
 CPU smoke run (the offline tiny model, a couple of steps):
 
@@ -60,7 +61,7 @@ class SearchQAScriptArguments(AgentScriptArguments):
     """The SearchQA defaults of the recipe's arguments (all of them: `AgentScriptArguments`)."""
 
     max_turns: int = field(
-        default=10, metadata={"help": "Turns per episode (RAGEN SearchQA: 10 search/finish steps)."}
+        default=5, metadata={"help": "Turns per episode (RAGEN's SearchQA run: 5; the action budget shown is 10)."}
     )
     max_actions_per_turn: int = field(default=1, metadata={"help": "Actions per answer."})
     max_tokens_per_turn: int = field(

@@ -167,6 +167,35 @@ def test_fuzzed_answers_never_raise(answers):
         assert {"success", "action_is_valid"} <= info.keys()
 
 
+@pytest.mark.parametrize("use_bubblewrap", ["auto", False])
+def test_rollout_episodes_report_the_isolation_level(tiny_tokenizer, use_bubblewrap):
+    """Every episode's statistics carry the level of the isolation its programs ran under (logged each step as
+    `ragen2/env/deepcoder/isolation_level`), in the best mode this machine offers and in a fallback."""
+    from trl_ragen2.agent_rollout import aggregate_env_metrics
+    from trl_ragen2.generation import ScriptedPolicy
+    from trl_ragen2.rollout import ROLLOUT_STAT_KEYS, EpisodeSpec, RolloutConfig, RolloutEngine
+
+    config = {"num_tests": 2, "timeout_s": 2.0, "use_bubblewrap": use_bubblewrap, "allow_weak_isolation": True}
+    expected = make_env("deepcoder", **config).isolation_level  # the probe alone, in an env of its own
+    engine = RolloutEngine(
+        tiny_tokenizer, RolloutConfig(max_turns=1, max_actions_per_turn=1, max_tokens_per_turn=4000)
+    )
+    policy = ScriptedPolicy(
+        lambda episode: f"</think><answer>```python\n{episode.env.problem.reference_solution}```</answer>",
+        tiny_tokenizer,
+    )
+    episodes = engine.run([EpisodeSpec("deepcoder", seed, config) for seed in (0, 1)], policy)
+    for episode in episodes:
+        stats = episode.stats()
+        assert stats["isolation_level"] == expected == episode.env.isolation_level
+        assert list(stats) == [*ROLLOUT_STAT_KEYS, "isolation_level"] and stats["success"] == 1.0
+    metrics = aggregate_env_metrics(("deepcoder", episode.stats()) for episode in episodes)
+    assert metrics["deepcoder/isolation_level"] == expected and metrics["deepcoder/success_rate"] == 1.0
+    mode = episodes[0].env.sandbox.isolation.mode
+    assert expected == {"bubblewrap": 3, "unshare": 2, "uid": 1, "none": 0}[mode]
+    assert mode != "bubblewrap" or use_bubblewrap == "auto"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Sandbox limits
 

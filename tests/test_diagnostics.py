@@ -172,6 +172,9 @@ def test_a_broken_batch_is_reported_not_raised(tiny_tokenizer, caplog):
         ("marginal", "mean"),
         ("ema_alpha", 1.0),
         ("ks", (0,)),
+        ("num_permutations", -1),
+        ("num_bootstrap", -1),
+        ("confidence_level", 1.0),
     ],
 )
 def test_config_errors_name_field_and_value(field, value):
@@ -179,6 +182,76 @@ def test_config_errors_name_field_and_value(field, value):
         ValueError, match=rf"MIDiagnosticsConfig\.{field}={value!r}".replace("(", r"\(").replace(")", r"\)")
     ):
         MIDiagnosticsConfig(**{field: value})
+
+
+def test_trainer_config_names_the_mi_field_of_a_bad_uncertainty_setting(tmp_path):
+    from trl_ragen2 import SNRFilteredGRPOConfig
+    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+
+    with pytest.raises(ValueError, match=r"mi_num_bootstrap=-1 is invalid; use 0 \(off\)"):
+        SNRFilteredGRPOConfig(output_dir=str(tmp_path), mi_num_bootstrap=-1, **CPU_TRAINING_KWARGS)
+    config = SNRFilteredGRPOConfig(
+        output_dir=str(tmp_path), mi_num_permutations=0, mi_confidence_level=0.9, **CPU_TRAINING_KWARGS
+    )
+    assert config.mi_diagnostics_config().num_permutations == 0
+    assert config.mi_diagnostics_config().confidence_level == 0.9
+
+
+def test_every_scope_logs_its_p_value_and_intervals_identically_on_a_rerun(tiny_model, tiny_tokenizer):
+    batch, _, _ = build_batch(tiny_tokenizer, ROLLOUTS)
+    config = MIDiagnosticsConfig(num_samples=64, num_permutations=99, num_bootstrap=200, seed=3)
+    runs = [
+        MIDiagnostics(config).compute(
+            batch, [{}] * 4, tokenizer=tiny_tokenizer, scorer=TransformersCrossScorer(tiny_model), step=5
+        )
+        for _ in range(2)
+    ]
+    for run in runs:  # wall times differ; everything else is a function of the matrix, seed, step and scope
+        run.pop("ragen2/mi/first_turn/time_s"), run.pop("ragen2/mi/trajectory/time_s")
+    assert runs[0] == runs[1]
+    for scope in ("first_turn", "trajectory"):
+        m = runs[0]
+        p = m[f"ragen2/mi/{scope}/retrieval_pvalue"]
+        assert 1 / 100 <= p <= 1.0
+        assert (
+            m[f"ragen2/mi/{scope}/mi_est_ci_low"]
+            <= m[f"ragen2/mi/{scope}/mi_est"]
+            <= m[f"ragen2/mi/{scope}/mi_est_ci_high"]
+        )
+        assert 0.0 <= m[f"ragen2/mi/{scope}/retrieval_null_high"] <= 1.0
+    off = MIDiagnostics(MIDiagnosticsConfig(num_permutations=0, num_bootstrap=0)).compute(
+        batch, [{}] * 4, tokenizer=tiny_tokenizer, scorer=TransformersCrossScorer(tiny_model)
+    )
+    assert math.isnan(off["ragen2/mi/first_turn/retrieval_pvalue"]) and math.isnan(
+        off["ragen2/mi/first_turn/mi_est_ci_low"]
+    )
+    assert not math.isnan(off["ragen2/mi/first_turn/mi_est"])
+
+
+def test_text_metrics_cover_every_turn_of_the_batch(tiny_model, tiny_tokenizer):
+    from trl_ragen2.text_metrics import text_template_metrics
+
+    batch, _, _ = build_batch(tiny_tokenizer, ROLLOUTS)
+    metrics = MIDiagnostics(MIDiagnosticsConfig(scopes=("first_turn",))).compute(
+        batch, [{}] * 4, tokenizer=tiny_tokenizer, scorer=TransformersCrossScorer(tiny_model)
+    )
+    # the five non-empty reasoning spans, grouped by prompt (row 2's first turn is empty)
+    texts = [
+        (" the goal is up ", 0),
+        (" now left ", 0),
+        (" maybe down ", 0),
+        (" box is right ", 1),
+        (" box is left ", 1),
+    ]
+    expected = text_template_metrics([encode(tiny_tokenizer, t) for t, _ in texts], [g for _, g in texts])
+    logged = {key.removeprefix("ragen2/text/"): v for key, v in metrics.items() if key.startswith("ragen2/text/")}
+    assert logged.keys() == expected.keys() and logged["num_chains"] == 5
+    for key, value in expected.items():
+        assert logged[key] == pytest.approx(value, nan_ok=True), key
+    quiet = MIDiagnostics(MIDiagnosticsConfig(scopes=("first_turn",), text_metrics=False)).compute(
+        batch, [{}] * 4, tokenizer=tiny_tokenizer, scorer=TransformersCrossScorer(tiny_model)
+    )
+    assert not any(key.startswith("ragen2/text/") for key in quiet)
 
 
 def test_schedule_runs_at_step_one_then_every_n_steps():

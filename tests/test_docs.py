@@ -121,6 +121,8 @@ def normalize(key: str) -> str:
             parts[2] = "<env>"
         if parts[1] == "mi" and parts[2] in MI_SCOPES:
             parts[2] = "<scope>"
+        if parts[1] == "grad" and re.fullmatch(r"bucket_\d+", parts[2]):
+            parts[2] = "bucket_<i>"
     return "/".join(parts)
 
 
@@ -148,15 +150,23 @@ def expected_keys() -> set[str]:
     import torch
 
     from trl_ragen2.agent_rollout import aggregate_env_metrics
+    from trl_ragen2.collapse_detector import ALARM_KEYS, ALARM_PREFIX
     from trl_ragen2.diagnostics import MIDiagnostics
     from trl_ragen2.filtering import filter_stats
+    from trl_ragen2.grad_report import BUCKET_KEYS
     from trl_ragen2.rollout import Episode, EpisodeSpec
+    from trl_ragen2.text_metrics import TEXT_KEYS
+    from trl_ragen2_envs import ENVIRONMENTS, get_env_class
 
     keys = {f"ragen2/filter/{key}" for key in filter_stats(torch.tensor([0.0, 1.0]), 2, torch.ones(1, dtype=bool))}
     keys |= {f"ragen2/mi/<scope>/{key}" for key in MIDiagnostics().metric_keys}
     episode = Episode(EpisodeSpec("sokoban", 0), None, [], [], 1, 1)
     keys |= {f"ragen2/env/{key}" for key in aggregate_env_metrics([("<env>", episode.stats())])}
+    keys |= {f"ragen2/env/{name}/{key}" for name in ENVIRONMENTS for key in get_env_class(name).episode_metric_keys}
     keys |= {key for key in source_templates() if not PLACEHOLDER.search(key)}
+    keys |= {f"ragen2/text/{key}" for key in TEXT_KEYS}
+    keys |= {ALARM_PREFIX + key for key in ALARM_KEYS}
+    keys |= {f"ragen2/grad/bucket_<i>/{key}" for key in BUCKET_KEYS} | {"ragen2/grad/time_s"}
     return keys
 
 
@@ -265,7 +275,7 @@ def own_fields(cls) -> list[dataclasses.Field]:
 
 
 def config_groups():
-    from trl_ragen2.grpo_config import MIDiagnosticsArguments, SNRFilterArguments
+    from trl_ragen2.grpo_config import GradientReportArguments, MIDiagnosticsArguments, SNRFilterArguments
     from trl_ragen2.ppo_config import SNRFilteredPPOConfig
     from trl_ragen2.recipe_utils import AgentScriptArguments
     from trl_ragen2.rollout import RolloutConfig
@@ -273,6 +283,7 @@ def config_groups():
     return [
         ("", SNRFilterArguments, dataclasses.fields(SNRFilterArguments)),
         ("", MIDiagnosticsArguments, dataclasses.fields(MIDiagnosticsArguments)),
+        ("", GradientReportArguments, dataclasses.fields(GradientReportArguments)),
         ("", SNRFilteredPPOConfig, own_fields(SNRFilteredPPOConfig)),
         ("RolloutConfig.", RolloutConfig, dataclasses.fields(RolloutConfig)),
         ("AgentScriptArguments.", AgentScriptArguments, dataclasses.fields(AgentScriptArguments)),

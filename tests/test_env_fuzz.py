@@ -2,7 +2,9 @@
 
 Model output is untrusted: whatever the text, `step` returns `(str, finite float, bool, dict)` with `success` and
 `action_is_valid`, a rejected action pays 0 and leaves the observation unchanged, and nothing raises. WebShop runs
-with `log_path`, so every action is also written to its episode log; SearchQA also runs against the HTTP server.
+with `log_path`, so every action is also written to its episode log; SearchQA also runs against the HTTP server, and
+under RAGEN's rules too, where text that is not a valid action is still used: read as the final answer, or (empty
+text) a step with RAGEN's invalid-action observation.
 """
 
 from __future__ import annotations
@@ -55,7 +57,11 @@ def assert_contained(env, actions):
         assert isinstance(observation, str) and isinstance(done, bool)
         assert isinstance(reward, float) and math.isfinite(reward)
         assert {"success", "action_is_valid"} <= info.keys()
-        if not info["action_is_valid"]:
+        if info.get("action_type") == "fallback":  # SearchQA, RAGEN's rules: read as the final answer
+            assert not info["action_is_valid"] and done and 0.0 <= reward <= 1.0
+        elif info.get("action_type") == "invalid":  # SearchQA, RAGEN's rules: empty text uses a step, pays nothing
+            assert not info["action_is_valid"] and reward == 0.0 and observation.startswith("Invalid action.")
+        elif not info["action_is_valid"]:
             assert reward == 0.0 and observation == before
         json.dumps(info, default=str)  # info stays plain data
 
@@ -75,20 +81,22 @@ def retrieval_url():
         yield server.url
 
 
-ENV_CONFIGS = {
-    "sokoban": {},
-    "frozen_lake": {},
-    "countdown": {},
-    "metamathqa": {},
-    "searchqa": {"max_steps": 4},
+ENV_CONFIGS = {  # test id: (environment, keywords)
+    "sokoban": ("sokoban", {}),
+    "frozen_lake": ("frozen_lake", {}),
+    "countdown": ("countdown", {}),
+    "metamathqa": ("metamathqa", {}),
+    "searchqa": ("searchqa", {"max_steps": 4}),
+    "searchqa-ragen-rules": ("searchqa", {"max_steps": 4, "rules": "ragen"}),
 }
 
 
-@pytest.mark.parametrize("name", sorted(ENV_CONFIGS))
+@pytest.mark.parametrize("config", sorted(ENV_CONFIGS))
 @FUZZ
 @given(actions=ACTIONS, seed=st.integers(0, 50))
-def test_any_text_is_contained(name, actions, seed):
-    env = make_env(name, **ENV_CONFIGS[name])
+def test_any_text_is_contained(config, actions, seed):
+    name, kwargs = ENV_CONFIGS[config]
+    env = make_env(name, **kwargs)
     env.reset(seed)
     assert_contained(env, actions)
 
@@ -104,13 +112,15 @@ def test_any_text_is_contained_by_metamathqa_with_math_verify(actions):
     assert_contained(env, actions)
 
 
+@pytest.mark.parametrize("rules", ["trl_ragen2", "ragen"])
 @FUZZ
 @given(actions=ACTIONS)
-def test_any_text_is_contained_by_searchqa_over_http(retrieval_url, actions):
-    env = make_env("searchqa", retriever_url=retrieval_url, retriever_retries=0, max_steps=4)
+def test_any_text_is_contained_by_searchqa_over_http(retrieval_url, rules, actions):
+    env = make_env("searchqa", rules=rules, retriever_url=retrieval_url, retriever_retries=0, max_steps=4)
     env.reset(1)
     assert_contained(env, actions)
     for action in actions:
+        env.reset(1)  # a search that runs (RAGEN's rules end the episode on most text)
         assert "env_error" not in env.step(f"search[{action}]")[3]  # the server answers any query
 
 
@@ -126,7 +136,21 @@ def test_any_text_is_contained_by_webshop_with_a_log(webshop_kwargs, tmp_path_fa
     assert all(isinstance(json.loads(line), dict) for line in lines)  # UTF-8 JSON whatever the action
 
 
-TOOL_ENVS = [SokobanToolEnv, FrozenLakeToolEnv, CountdownToolEnv, MetaMathQAToolEnv, SearchQAToolEnv]
+class SearchQARagenRulesToolEnv(SearchQAToolEnv):
+    """SearchQA's TRL tools under RAGEN's rules."""
+
+    def __init__(self, **env_config):
+        super().__init__(rules="ragen", **env_config)
+
+
+TOOL_ENVS = [
+    SokobanToolEnv,
+    FrozenLakeToolEnv,
+    CountdownToolEnv,
+    MetaMathQAToolEnv,
+    SearchQAToolEnv,
+    SearchQARagenRulesToolEnv,
+]
 
 
 def tools_of(adapter_class) -> list[str]:

@@ -57,9 +57,14 @@ def test_filtering_mi_and_the_run_log_readers_need_no_trainer_stack(tmp_path):
 
     from trl_ragen2 import filter_stats, group_reward_scores, mi_metrics, select_groups
     from trl_ragen2.cli import main
+    from trl_ragen2.collapse_detector import first_alarm
+    from trl_ragen2.grad_snr import reward_variance_buckets
+    from trl_ragen2.keep_rate import scheduled_top_p
     from trl_ragen2.mi import MIZScoreEMA
+    from trl_ragen2.mi_uncertainty import mi_uncertainty
     from trl_ragen2.panels import panel_data
     from trl_ragen2.run_logs import load_run_logs, summarize
+    from trl_ragen2.text_metrics import text_template_metrics
 
     rewards = torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
     scores = group_reward_scores(rewards, num_generations=2)
@@ -69,6 +74,12 @@ def test_filtering_mi_and_the_run_log_readers_need_no_trainer_stack(tmp_path):
     metrics = mi_metrics(logp, torch.ones(2), torch.arange(2))
     metrics.update(MIZScoreEMA().update(metrics))
     assert metrics["retrieval_acc"] == 1.0
+    extra = mi_uncertainty(logp, torch.ones(2), torch.arange(2), num_permutations=10, num_bootstrap=10)
+    assert 0 < extra["retrieval_pvalue"] <= 1
+    assert scheduled_top_p(5, start=1.0, end=0.9, schedule="linear", schedule_steps=10) == 0.95
+    assert sorted(i for bucket in reward_variance_buckets(rewards, 2, 2) for i in bucket) == [0, 1, 2, 3]
+    assert text_template_metrics([[1, 2, 3], [1, 2, 4]], [0, 1])["num_chains"] == 2
+    assert first_alarm([{"step": 1, "reward": 0.5}]) is None
     logs = load_run_logs(".")
     assert summarize(logs.records) and panel_data(logs)
     assert main(["summary", "."]) == 0

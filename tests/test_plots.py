@@ -296,3 +296,63 @@ def test_two_step_snr_training_with_the_callback_plots_the_kept_fraction(tmp_pat
     figure = plot_training_curves(logs)
     assert line(panel(figure, "SNR filter: kept fraction"), "ragen2/filter/kept_fraction") == ([1, 2], [0.25, 0.25])
     assert not any("ragen2/mi/trajectory/mi_est" in note for note in report.missing)
+
+
+def test_mi_panels_shade_intervals_chance_reach_and_mark_the_alarm():
+    history = []
+    for step in (1, 5, 10):
+        history.append(
+            {
+                "step": step,
+                f"{MI}/retrieval_acc": 0.6,
+                f"{MI}/retrieval_acc_ci_low": 0.4,
+                f"{MI}/retrieval_acc_ci_high": 0.8 if step != 5 else None,  # no band at step 5
+                f"{MI}/retrieval_chance": 0.125,
+                f"{MI}/retrieval_null_high": 0.25,
+                f"{MI}/mi_est": 0.2,
+                f"{MI}/mi_est_ci_low": 0.1,
+                f"{MI}/mi_est_ci_high": 0.3,
+                "ragen2/alarm/fired": float(step == 10),
+                "ragen2/text/self_bleu_across": 0.1 * step,
+            }
+        )
+    figure = plot_training_curves(history)
+    retrieval = panel(figure, "Retrieval accuracy")
+    bands = {c.get_gid(): c for c in retrieval.collections}
+    interval = bands[f"{MI}/retrieval_acc:band"].get_paths()[0].vertices
+    assert sorted({x for x, _ in interval}) == [1, 10]  # the steps with both edges
+    assert {round(y, 6) for _, y in interval} == {0.4, 0.8}
+    chance = bands[f"{MI}/retrieval_chance:band"].get_paths()[0].vertices
+    assert {round(y, 6) for _, y in chance} == {0.125, 0.25}
+    assert f"{MI}/mi_est:band" in {c.get_gid() for c in panel(figure, "MI-Est").collections}
+    marks = [ln for ln in retrieval.get_lines() if ln.get_gid() == "collapse-alarm"]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [10, 10]
+    assert line(panel(figure, "Reasoning text"), "ragen2/text/self_bleu_across") == ([1, 5, 10], [0.1, 0.5, 1.0])
+
+
+def test_gradient_report_figure_draws_norms_per_bucket_and_step(tmp_path):
+    from trl_ragen2.grad_plots import gradient_reports, plot_gradient_report
+
+    history = [{"step": 1, "loss": 0.1}]
+    for step in (1, 51):
+        history.append(
+            {
+                "step": step,
+                **{
+                    f"ragen2/grad/bucket_{b}/{term}": b * step * scale
+                    for b in (1, 2, 3)
+                    for term, scale in (("task", 1.0), ("entropy", 0.1), ("reward_variance", 0.5))
+                },
+                "ragen2/grad/bucket_1/kl": None,
+            }  # fmt: skip
+        )
+    reports = gradient_reports(history)
+    assert sorted(reports) == [1, 51] and "kl" not in reports[1][1]
+    figure = plot_gradient_report(history)
+    task = panel(figure, "task gradient")
+    assert line(task, "task@51") == ([1, 2, 3], [51.0, 102.0, 153.0])
+    assert [t.get_text() for t in task.get_xticklabels()] == ["1\nRV 26", "2\nRV 51", "3\nRV 76"]
+    assert panel(figure, "KL gradient (x beta in the update)").get_lines() == []
+    assert plot_gradient_report([{"step": 1, "loss": 0.1}]) is None
+    run = write_state(tmp_path / "run", make_history() + history[1:])
+    assert "gradient_snr.png" in [p.name for p in plot_run(run)]

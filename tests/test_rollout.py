@@ -1,5 +1,7 @@
 """The RAGEN multi-turn rollout: exact token layout, spans, rewards, budgets, and the TRL integration."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from datasets import Dataset
@@ -8,9 +10,15 @@ from hypothesis import strategies as st
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-from trl_ragen2.agent_rollout import RagenRollout, aggregate_env_metrics, env_return, evaluate_episodes
+from trl_ragen2.agent_rollout import (
+    RagenRollout,
+    aggregate_env_metrics,
+    env_return,
+    evaluate_episodes,
+    log_env_metrics,
+)
 from trl_ragen2.generation import ScriptedPolicy
-from trl_ragen2.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
+from trl_ragen2.rollout import ROLLOUT_STAT_KEYS, EpisodeSpec, RolloutConfig, RolloutEngine
 from trl_ragen2.tiny import make_tiny_model
 from trl_ragen2_envs.datasets import build_rows
 from trl_ragen2_envs.sokoban_generation import solve
@@ -201,6 +209,114 @@ def test_mixed_environment_batches_also_log_the_pooled_metrics():
     assert metrics["sokoban/success_rate"] == 1.0 and metrics["countdown/success_rate"] == 0.0
     assert metrics["all/success_rate"] == pytest.approx(1 / 3)
     assert Trainer._metrics["train"]["ragen2/env/all/success_rate"] == [pytest.approx(1 / 3)]
+
+
+def fake_trainer():
+    """What `log_env_metrics` reads of a trainer: one process, and the metrics store."""
+    from collections import defaultdict
+
+    return SimpleNamespace(accelerator=SimpleNamespace(num_processes=1), _metrics={"train": defaultdict(list)})
+
+
+def episode_with(env, stats):
+    return SimpleNamespace(spec=EpisodeSpec(env, 0), stats=lambda: stats)
+
+
+def rollout_stats(success):
+    return {"success": float(success), "return": 1.0, "turns": 1.0, "valid_actions": 1.0, "actions": 2.0,
+            "format_errors": 0.0, "env_errors": 0.0, "context_limited": 0.0}  # fmt: skip
+
+
+class TestEnvironmentEpisodeMetrics:
+    """An environment's own per-episode numbers (`TextEnv.episode_metrics`) beside the rollout's statistics."""
+
+    def test_an_extra_key_averages_over_episodes_and_leaves_the_rollout_metrics_unchanged(self):
+        plain = [("sokoban", rollout_stats(True)), ("sokoban", rollout_stats(False))]
+        extra = [
+            ("sokoban", {**rollout_stats(True), "level": 3.0}),
+            ("sokoban", {**rollout_stats(False), "level": 0.0}),
+        ]
+        metrics = aggregate_env_metrics(extra)
+        assert metrics == {**aggregate_env_metrics(plain), "sokoban/level": 1.5}
+        assert metrics["sokoban/success_rate"] == 0.5 and metrics["sokoban/valid_action_rate"] == 0.5
+
+    def test_a_mixed_batch_logs_the_extra_key_only_for_the_environment_that_reports_it(self):
+        trainer = fake_trainer()
+        episodes = [
+            episode_with("deepcoder", {**rollout_stats(True), "isolation_level": 3.0}),
+            episode_with("deepcoder", {**rollout_stats(False), "isolation_level": 2.0}),
+            episode_with("countdown", rollout_stats(False)),
+        ]
+        metrics = log_env_metrics(trainer, episodes, "train")
+        assert metrics["deepcoder/isolation_level"] == 2.5
+        assert [key for key in metrics if key.endswith("isolation_level")] == ["deepcoder/isolation_level"]
+        assert metrics["deepcoder/success_rate"] == 0.5 and metrics["all/success_rate"] == pytest.approx(1 / 3)
+        assert trainer._metrics["train"]["ragen2/env/deepcoder/isolation_level"] == [2.5]
+        assert len(metrics) == 3 * 7 + 1  # the seven rollout metrics for deepcoder, countdown and all, + one
+
+    @pytest.mark.parametrize("key", ["success", "env_errors", "turns", "success_rate", "mean_return"])
+    def test_an_environment_metric_named_like_a_rollout_statistic_is_refused(self, tiny_tokenizer, monkeypatch, key):
+        from trl_ragen2_envs.sokoban import SokobanEnv
+
+        class ClashingSokoban(SokobanEnv):
+            episode_metric_keys = (key,)
+
+            def episode_metrics(self):
+                return {key: 1.0}
+
+        monkeypatch.setattr("trl_ragen2.rollout.make_env", lambda name, **config: ClashingSokoban())
+        message = (
+            rf"ClashingSokoban.episode_metrics\(\) returned the key '{key}', which the rollout's own statistics use"
+        )
+        with pytest.raises(ValueError, match=message):
+            play(tiny_tokenizer, solver_reply, max_turns=1)
+
+    @pytest.mark.parametrize("key", ["success_rate", "mean_return", "context_limit_rate"])
+    def test_statistics_holding_a_rollout_metric_name_are_refused(self, key):
+        """A key that would overwrite one of the aggregated metrics (`<env>/<key>`) is refused there too."""
+        with pytest.raises(ValueError, match=f"the episode statistics of 'sokoban' returned the key '{key}'"):
+            aggregate_env_metrics([("sokoban", {**rollout_stats(True), key: 1.0})])
+
+    @pytest.mark.parametrize(
+        ("returned", "message"),
+        [
+            (
+                {"level": 1.0, "other": 2.0},
+                r"returned the keys \['level', 'other'\], but LeveledSokoban.episode_metric_keys declares \['level'\]",
+            ),
+            ({}, r"returned the keys \[\], but"),
+            ({"level": float("nan")}, "returned level=nan; episode metrics must be finite numbers"),
+            ({"level": "3"}, "returned level='3'"),
+            ({"a/b": 1.0}, "returned the key 'a/b'; keys must be non-empty names without '/'"),
+        ],
+    )
+    def test_undeclared_keys_and_non_numbers_are_refused(self, tiny_tokenizer, monkeypatch, returned, message):
+        from trl_ragen2_envs.sokoban import SokobanEnv
+
+        class LeveledSokoban(SokobanEnv):
+            episode_metric_keys = ("level",)
+
+            def episode_metrics(self):
+                return returned
+
+        monkeypatch.setattr("trl_ragen2.rollout.make_env", lambda name, **config: LeveledSokoban())
+        with pytest.raises(ValueError, match=message):
+            play(tiny_tokenizer, solver_reply, max_turns=1)
+
+    def test_a_declared_metric_reaches_the_episode_stats(self, tiny_tokenizer, monkeypatch):
+        from trl_ragen2_envs.sokoban import SokobanEnv
+
+        class LeveledSokoban(SokobanEnv):
+            episode_metric_keys = ("level",)
+
+            def episode_metrics(self):
+                return {"level": 7}  # an int: logged as a float
+
+        monkeypatch.setattr("trl_ragen2.rollout.make_env", lambda name, **config: LeveledSokoban())
+        (episode,) = play(tiny_tokenizer, solver_reply, max_turns=1)
+        stats = episode.stats()
+        assert stats["level"] == 7.0 and type(stats["level"]) is float
+        assert list(stats) == [*ROLLOUT_STAT_KEYS, "level"]
 
 
 def test_evaluate_scripted_solver_on_validation_seeds(tiny_tokenizer):

@@ -146,3 +146,29 @@ def test_forward_calls_are_padded_to_the_largest_process(tiny_model, batch):
     scorer.score(contexts[:1], chains[2:3], forward_calls_sync=lambda n: n + 3)
     # 1 prefix forward + 1 chain chunk, padded with 3 dummy forwards (and likewise for the LM head)
     assert scorer._calls == {"backbone": 2 + 3, "head": 2 + 3}
+
+
+def test_lm_head_projections_stay_within_the_logits_budget(tiny_model, tiny_tokenizer, batch):
+    """Each LM-head call materialises at most `max_logits_elements` logits; the scores do not change."""
+    contexts, chains = batch
+    vocab = tiny_model.get_output_embeddings().weight.shape[0]
+    budget = 3 * vocab + 1  # three positions per projection
+    rows_seen = []
+    handle = tiny_model.get_output_embeddings().register_forward_pre_hook(
+        lambda module, args: rows_seen.append(args[0].reshape(-1, args[0].shape[-1]).shape[0])
+    )
+    try:
+        fast = TransformersCrossScorer(tiny_model, max_logits_elements=budget).score(contexts, chains)
+    finally:
+        handle.remove()
+    assert max(rows_seen) == 3 and max(rows_seen) * vocab <= budget
+    torch.testing.assert_close(fast, naive_cross_scores(tiny_model, contexts, chains), atol=1e-4, rtol=0)
+
+
+def test_default_logits_budget_is_64_mb_for_any_vocabulary():
+    from trl_ragen2.scoring.transformers_scorer import DEFAULT_MAX_LOGITS_ELEMENTS, lm_head_rows
+
+    for vocab, rows in ((49152, 341), (151936, 110), (262144, 64)):  # SmolLM2, Qwen2.5, Gemma 3
+        assert lm_head_rows(vocab) == rows and rows * vocab * 4 <= 64 * 2**20
+    assert DEFAULT_MAX_LOGITS_ELEMENTS == 2**24
+    assert lm_head_rows(2**25) == 1  # a vocabulary larger than the budget still projects one row at a time

@@ -326,6 +326,17 @@ def test_client_makes_lone_surrogates_in_answers_valid_text(scripted_server):
     hit.title.encode("utf-8")  # valid UTF-8: the tokenizer can read it
 
 
+def test_step_turns_an_unreachable_server_into_an_observation_under_ragens_rules(server):
+    dead_url = server.url
+    server.shutdown()
+    env = SearchQAEnv(rules="ragen", retriever_url=dead_url, retriever_retries=0, retriever_timeout=1.0)
+    env.reset(0)
+    observation, reward, done, info = env.step("search[anything]")
+    assert observation.startswith(f"Search results for 'anything':\n{SEARCH_UNAVAILABLE}\n\nAvailable actions: ")
+    assert (reward, done, info["action_is_valid"], info["num_results"], env.steps) == (0.0, False, True, 0, 1)
+    assert "cannot reach the retrieval server" in info["env_error"]
+
+
 def test_step_turns_an_unreachable_server_into_an_observation_and_a_metric(server, tiny_tokenizer):
     from trl_ragen2.agent_rollout import evaluate_episodes
     from trl_ragen2.generation import ScriptedPolicy
@@ -348,16 +359,24 @@ def test_step_turns_an_unreachable_server_into_an_observation_and_a_metric(serve
     assert metrics["searchqa/env_error_rate"] == 1.0 and metrics["searchqa/valid_action_rate"] == 1.0
 
 
-@pytest.mark.parametrize("name", ["sokoban", "frozen_lake", "countdown", "metamathqa", "searchqa"])
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [("sokoban", {}), ("frozen_lake", {}), ("countdown", {}), ("metamathqa", {}), ("searchqa", {}),
+     ("searchqa", {"rules": "ragen"})],
+    ids=["sokoban", "frozen_lake", "countdown", "metamathqa", "searchqa", "searchqa-ragen-rules"],
+)  # fmt: skip
 @pytest.mark.parametrize(
     "action",
-    ["x" * 10_000_000, "search[" + "river " * 3_000 + "]", "finish[" + "a " * 9_000 + "]", "[" * 1_000_000],
-    ids=["10M-chars", "18k-query", "18k-answer", "1M-brackets"],
-)
-def test_huge_actions_are_fast_and_give_bounded_observations(name, action):
+    ["x" * 10_000_000, "search[" + "river " * 3_000 + "]", "finish[" + "a " * 9_000 + "]", "[" * 1_000_000,
+     "<think>" * 2_850, "\\boxed{" * 2_850, "**" * 9_999],
+    ids=["10M-chars", "18k-query", "18k-answer", "1M-brackets", "unclosed-think", "unclosed-boxed", "stars"],
+)  # fmt: skip
+def test_huge_actions_are_fast_and_give_bounded_observations(name, kwargs, action):
+    # The last three are free text that RAGEN's rules read as an answer; a regex search from each unclosed tag to
+    # the end of the text would take quadratic time.
     from trl_ragen2_envs import make_env
 
-    env = make_env(name)
+    env = make_env(name, **kwargs)
     env.reset(0)
     started = time.monotonic()
     observation, _, _, info = env.step(action)

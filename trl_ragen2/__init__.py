@@ -27,6 +27,8 @@ _LAZY = {
     "MIDiagnostics": "trl_ragen2.diagnostics",
     "MIDiagnosticsCallback": "trl_ragen2.diagnostics",
     "MIDiagnosticsConfig": "trl_ragen2.diagnostics",
+    "CollapseAlarm": "trl_ragen2.collapse_alarm",
+    "CollapseDetector": "trl_ragen2.collapse_detector",
     "mi_metrics": "trl_ragen2.mi",
     "TransformersCrossScorer": "trl_ragen2.scoring",
     "VLLMCrossScorer": "trl_ragen2.scoring",

@@ -26,17 +26,13 @@ from typing import Any
 import torch
 
 from .generation import TrainerGeneration
-from .rollout import Episode, EpisodeSpec, RolloutConfig, RolloutEngine
-
-
-ENV_METRICS = (
-    "success_rate",
-    "valid_action_rate",
-    "format_error_rate",
-    "env_error_rate",
-    "turns",
-    "mean_return",
-    "context_limit_rate",
+from .rollout import (
+    ROLLOUT_STAT_KEYS,
+    Episode,
+    EpisodeSpec,
+    RolloutConfig,
+    RolloutEngine,
+    check_episode_metrics,
 )
 
 
@@ -56,7 +52,8 @@ def aggregate_env_metrics(stats: Iterable[tuple[str, dict[str, float]]]) -> dict
     `success_rate`, `mean_return`, `turns` and `context_limit_rate` average over episodes; `valid_action_rate` is
     valid actions over attempted actions, `format_error_rate` format errors over turns and `env_error_rate` actions
     the environment failed to serve (`info["env_error"]`, e.g. a search server down) over attempted actions, all
-    pooled.
+    pooled. Any other key is an environment's own episode metric (`TextEnv.episode_metrics`): it averages over the
+    episodes of that environment that report it, and a name the rollout's metrics use raises a `ValueError`.
     """
     grouped: dict[str, list[dict[str, float]]] = defaultdict(list)
     for env, values in stats:
@@ -64,7 +61,7 @@ def aggregate_env_metrics(stats: Iterable[tuple[str, dict[str, float]]]) -> dict
     metrics = {}
     for env in sorted(grouped):
         rows = grouped[env]
-        total = {key: sum(row[key] for row in rows) for key in rows[0]}
+        total = {key: sum(row[key] for row in rows) for key in rows[0] if key in ROLLOUT_STAT_KEYS}
         count = len(rows)
         metrics[f"{env}/success_rate"] = total["success"] / count
         metrics[f"{env}/mean_return"] = total["return"] / count
@@ -74,6 +71,12 @@ def aggregate_env_metrics(stats: Iterable[tuple[str, dict[str, float]]]) -> dict
         metrics[f"{env}/format_error_rate"] = total["format_errors"] / total["turns"] if total["turns"] else 0.0
         env_errors = total.get("env_errors", 0.0)
         metrics[f"{env}/env_error_rate"] = env_errors / total["actions"] if total["actions"] else 0.0
+        own = [{key: value for key, value in row.items() if key not in ROLLOUT_STAT_KEYS} for row in rows]
+        for row in own:
+            check_episode_metrics(row, f"the episode statistics of {env!r}")
+        for key in sorted({key for row in own for key in row}):
+            values = [row[key] for row in own if key in row]
+            metrics[f"{env}/{key}"] = sum(values) / len(values)
     return metrics
 
 
@@ -168,7 +171,8 @@ class RagenRollout:
 def log_env_metrics(trainer, episodes: Sequence[Episode], mode: str, prefix: str = "ragen2/env") -> dict[str, float]:
     """Gather every process's episode statistics and append `ragen2/env/<env>/<metric>` to the trainer's metrics.
 
-    A batch that mixes environments also gets `ragen2/env/all/<metric>` over all its episodes.
+    A batch that mixes environments also gets `ragen2/env/all/<metric>` over all its episodes (the rollout's own
+    metrics only: an environment's own episode metrics are logged under its name alone).
     """
     from accelerate.utils import gather_object
 
@@ -176,7 +180,8 @@ def log_env_metrics(trainer, episodes: Sequence[Episode], mode: str, prefix: str
     gathered = gather_object(local) if trainer.accelerator.num_processes > 1 else local
     metrics = aggregate_env_metrics(gathered)
     if len({env for env, _ in gathered}) > 1:  # a mixed-environment batch: also every episode pooled, as "all"
-        metrics.update(aggregate_env_metrics(("all", stats) for _, stats in gathered))
+        shared = [{key: value for key, value in stats.items() if key in ROLLOUT_STAT_KEYS} for _, stats in gathered]
+        metrics.update(aggregate_env_metrics(("all", stats) for stats in shared))
     for key, value in metrics.items():
         trainer._metrics[mode][f"{prefix}/{key}"].append(value)
     return metrics

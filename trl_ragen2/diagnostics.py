@@ -7,7 +7,9 @@ policy, and appends the MI proxies of `trl_ragen2.mi` to the trainer's metrics, 
 - `ragen2/mi/first_turn/<key>` and `ragen2/mi/trajectory/<key>` for every key of [`~mi.mi_metrics`] plus
   `mi_zscore_ema(_seq)` / `marginal_std_ema(_seq)`,
 - `ragen2/mi/<scope>/num_pairs` (chains in the estimate), `num_dropped_empty` (draws whose reasoning was empty),
-  `num_unscored` (pairs the engine could not score) and `time_s` (wall time, the largest over processes).
+  `num_unscored` (pairs the engine could not score) and `time_s` (wall time, the largest over processes),
+- the permutation p-value and bootstrap intervals of each scope's proxies (`trl_ragen2.mi_uncertainty`), and the
+  text template metrics of the whole batch's reasoning, `ragen2/text/<key>` (`trl_ragen2.text_diagnostics`).
 
 Schedule: at the first optimizer step (logged as step 1) and then at every step that is a multiple of
 `every_n_steps` (5, 10, ...), in train mode only, as in RAGEN; a due step without a generated batch (with
@@ -46,10 +48,12 @@ from dataclasses import InitVar, asdict, dataclass, field
 from transformers import TrainerCallback
 
 from .mi import DEFAULT_KS, EMA_KEYS, MARGINAL_MODES, MIZScoreEMA, mi_metric_keys, mi_metrics
+from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS, scope_uncertainty, uncertainty_keys
 from .scoring.collective import ProcessGroup
 from .scoring.pairs import NEGATIVE_SAMPLING, SCOPES, PairBuilder
 from .scoring.reasoning import ReasoningExtractor
 from .scoring.scopes import LocalRollouts, ScopeResult, ScoreMemo, gather_rows, score_scope
+from .text_diagnostics import batch_text_metrics
 
 
 logger = logging.getLogger(__name__)
@@ -80,6 +84,13 @@ class MIDiagnosticsConfig:
         ema_alpha (`float`, defaults to `0.9`): decay of the MI-ZScore-EMA sigma.
         ks (`tuple[int, ...]`, defaults to `(2, 4, 8)`): Recall@k.
         seed (`int`, defaults to `0`): seed of the pair sampling (combined with the step and scope).
+        num_permutations (`int`, defaults to `1000`): label shuffles of the permutation test of retrieval above
+            chance (`retrieval_pvalue`); 0 switches it off.
+        num_bootstrap (`int`, defaults to `1000`): bootstrap resamples of the intervals (`<key>_ci_low/high`); 0
+            switches them off.
+        confidence_level (`float`, defaults to `0.95`): level of the intervals and of `retrieval_null_high`.
+        text_metrics (`bool`, defaults to `True`): also log the text template metrics of the batch's reasoning
+            (`ragen2/text/...`, see `trl_ragen2.text_metrics`) at the same steps.
         field_names (`Mapping[str, str]`, *optional*): how the errors name a field, e.g. `{"every_n_steps":
             "mi_every_n_steps"}` for a trainer config that sets it; `MIDiagnosticsConfig.<field>` otherwise. Not
             stored.
@@ -97,6 +108,10 @@ class MIDiagnosticsConfig:
     ema_alpha: float = 0.9
     ks: tuple[int, ...] = field(default=DEFAULT_KS)
     seed: int = 0
+    num_permutations: int = DEFAULT_PERMUTATIONS
+    num_bootstrap: int = DEFAULT_BOOTSTRAP
+    confidence_level: float = DEFAULT_LEVEL
+    text_metrics: bool = True
     field_names: InitVar[Mapping[str, str] | None] = None
 
     def __post_init__(self, field_names: Mapping[str, str] | None):
@@ -136,6 +151,9 @@ class MIDiagnosticsConfig:
                 all(isinstance(k, int) and k >= 1 for k in self.ks),
                 "use positive integers, e.g. (2, 4, 8)",
             ),
+            ("num_permutations", self.num_permutations, self.num_permutations >= 0, "use 0 (off) or e.g. 1000"),
+            ("num_bootstrap", self.num_bootstrap, self.num_bootstrap >= 0, "use 0 (off) or e.g. 1000"),
+            ("confidence_level", self.confidence_level, 0 < self.confidence_level < 1, "use a level in (0, 1)"),
         ]
         for name, value, ok, fix in checks:
             if not ok:
@@ -162,7 +180,7 @@ class MIDiagnostics:
         self.ema = {scope: MIZScoreEMA(self.config.ema_alpha) for scope in self.config.scopes}
         self.next_step = 1  # 1-indexed optimizer step at which the diagnostics run next
         self._warned: set[str] = set()
-        self.metric_keys = (*mi_metric_keys(self.config.ks), *EMA_KEYS, *COUNT_KEYS)
+        self.metric_keys = (*mi_metric_keys(self.config.ks), *EMA_KEYS, *COUNT_KEYS, *uncertainty_keys(self.config.ks))
 
     # -----------------------------------------------------------------------------------------------------------
     # Schedule
@@ -252,6 +270,11 @@ class MIDiagnostics:
         infos, offset, errors = gather_rows(local, error, group)
         memo = ScoreMemo()  # scores shared by the scopes of this batch
         metrics = {}
+        if self.config.text_metrics:  # ragen2/text/...: text template metrics of the same batch
+            text, text_error = batch_text_metrics(local, builder, group, error)
+            metrics.update({f"ragen2/text/{key}": value for key, value in text.items()})
+            if text_error:
+                self._warn_once("text", text_error)
         for scope in self.config.scopes:
             if errors:
                 result = ScopeResult(error="; ".join(errors))
@@ -273,11 +296,11 @@ class MIDiagnostics:
                     memo=memo,
                 )
             metrics.update(
-                {f"ragen2/mi/{scope}/{key}": value for key, value in self._scope_metrics(scope, result).items()}
+                {f"ragen2/mi/{scope}/{key}": value for key, value in self._scope_metrics(scope, result, step).items()}
             )
         return metrics
 
-    def _scope_metrics(self, scope: str, result: ScopeResult) -> dict[str, float]:
+    def _scope_metrics(self, scope: str, result: ScopeResult, step: int = 1) -> dict[str, float]:
         values = dict.fromkeys(self.metric_keys, math.nan)
         if result.error is None:
             values.update(
@@ -290,7 +313,9 @@ class MIDiagnostics:
                     marginal=self.config.marginal,
                 )
             )
+            ema_state = self.ema[scope].state_dict()  # before this batch, for the intervals of MI-ZScore-EMA
             values.update(self.ema[scope].update(values))
+            values.update(scope_uncertainty(result, self.config, scope=scope, step=step, ema_state=ema_state))
         else:
             self._warn_once(scope, result.error)
         num_pairs = 0 if result.logp is None else result.logp.shape[0]

@@ -28,6 +28,8 @@ class FilterState:
     empty_steps: int = 0  # generation steps in which no group was kept, in total
     consecutive_empty_steps: int = 0
     filtered_steps: int = 0  # generation steps the filter has seen
+    auto_signal: float | None = None  # reward_variance_filtering="auto": the smoothed Std/Mean, None before any
+    auto_on: bool = True  # the auto switch; it starts on, as the paper filters from the first step
 
 
 class EmptyStepGuard(TrainerCallback):

@@ -246,6 +246,17 @@ def select_groups(
     return keep.to(scores.device)
 
 
+def std_over_mean(rewards: torch.Tensor, num_generations: int) -> float:
+    """Std/Mean over the groups of the per-group reward std: the paper's Table 8 indicator of whether filtering helps.
+
+    The population std of the P group stds divided by their mean (high: reward variance concentrated in a few
+    prompts; near 0: spread evenly). NaN when every group has zero std.
+    """
+    std = group_reward_scores(rewards, num_generations, metric="variance").to(torch.float64).sqrt()  # (P,)
+    mean_std = std.mean().item()
+    return std.std(unbiased=False).item() / mean_std if mean_std > 0 else math.nan
+
+
 def filter_stats(rewards: torch.Tensor, num_generations: int, keep: torch.Tensor) -> dict[str, float]:
     """Describe one filtering decision (the numbers logged under `ragen2/filter/...`).
 
@@ -268,7 +279,6 @@ def filter_stats(rewards: torch.Tensor, num_generations: int, keep: torch.Tensor
             f"filter_stats: keep must have shape {tuple(variance.shape)} (one per group), got {tuple(keep.shape)}"
         )
     grouped = _check_rewards(rewards, num_generations, "filter_stats").view(-1, num_generations)
-    std = variance.sqrt()
     total_variance = variance.sum().item()
     zero = variance <= ZERO_SCORE_TOL
     finite = grouped[torch.isfinite(grouped)]
@@ -282,13 +292,12 @@ def filter_stats(rewards: torch.Tensor, num_generations: int, keep: torch.Tensor
         at_min = zero & (group_max == worst) & ~at_max
     else:
         at_max = at_min = torch.zeros_like(zero)
-    mean_std = std.mean().item()
     return {
         "num_groups": float(variance.numel()),
         "kept_groups": float(keep.sum().item()),
         "kept_fraction": keep.float().mean().item(),
         "kept_variance_share": variance[keep].sum().item() / total_variance if total_variance > 0 else math.nan,
-        "std_over_mean": std.std(unbiased=False).item() / mean_std if mean_std > 0 else math.nan,
+        "std_over_mean": std_over_mean(rewards, num_generations),
         "zero_variance_groups": float(zero.sum().item()),
         "zero_variance_at_max": float(at_max.sum().item()),
         "zero_variance_at_min": float(at_min.sum().item()),

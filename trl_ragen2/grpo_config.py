@@ -7,11 +7,14 @@ and the fix.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
 from .filtering import SCORE_METRICS, STRATEGIES, TOP_P_MODES, check_top_k
+from .keep_rate import AUTO, AUTO_OFF_BELOW, AUTO_ON_ABOVE, AUTO_SMOOTHING, SCHEDULES, KeepRateControl
+from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS
 from .run_logs import MI_SCOPES
 
 
@@ -44,11 +47,13 @@ class SNRFilterArguments:
     Parameters:
         reward_variance_filtering (`str` or `None`, *optional*, defaults to `"top_p"`):
             Selection rule: `"top_p"` (keep the groups holding a `reward_variance_top_p` share of the variance
-            mass, the paper's method), `"top_k"` or `"min_p"`. `None` disables filtering: the trainer then behaves
-            exactly like its TRL parent.
+            mass, the paper's method), `"top_k"` or `"min_p"`. `"auto"` (beyond the paper) applies `"top_p"` while
+            the smoothed Std/Mean of the per-group reward std is high and keeps every group while it is low (see
+            `reward_variance_auto_on_above`). `None` disables filtering: the trainer then behaves exactly like its
+            TRL parent.
         reward_variance_top_p (`float`, *optional*, defaults to `0.9`):
-            Mass share rho kept by `"top_p"`, in (0, 1]. The paper uses rho = 0.9 and finds 0.8-0.98 best; 1.0 keeps
-            every candidate (RAGEN's "no filtering" value).
+            Mass share rho kept by `"top_p"` (and `"auto"` while on), in (0, 1]; a schedule's start value. The
+            paper uses rho = 0.9 and finds 0.8-0.98 best; 1.0 keeps every candidate (RAGEN's "no filtering" value).
         reward_variance_top_k (`int`, `float` or `None`, *optional*, defaults to `None`):
             For `"top_k"`: an int is a number of groups (RAGEN's `top_k_abs`), a float in (0, 1] a fraction of the
             groups, `int(k * P)` of them (RAGEN's `top_k`; `1.0` keeps them all). At least one candidate is kept.
@@ -75,11 +80,42 @@ class SNRFilterArguments:
         reward_variance_empty_patience (`int`, *optional*, defaults to `5`):
             Stop training after this many consecutive generation steps in which no group was kept (RAGEN's
             `rollout_filter_empty_stop_steps`). `0` never stops.
+
+        > Beyond the paper: keep-rate schedule, auto switch and guard (`docs/method.md`, "Keep-rate control").
+        > Steps are optimizer steps, as in `max_steps` and `warmup_steps`: the batch made after n optimizer steps
+        > uses the values of step n. With several optimizer steps per generation the filter runs once per
+        > generation, at its first optimizer step.
+
+        reward_variance_top_p_schedule (`str`, *optional*, defaults to `"constant"`):
+            How rho moves for `"top_p"` and `"auto"`: `"constant"` (always `reward_variance_top_p`), `"linear"` or
+            `"cosine"` (from `reward_variance_top_p` to `reward_variance_top_p_end` over
+            `reward_variance_schedule_steps` steps after the warm-up, then constant).
+        reward_variance_top_p_end (`float` or `None`, *optional*, defaults to `None`):
+            Final rho of a `"linear"` or `"cosine"` schedule, in (0, 1].
+        reward_variance_schedule_steps (`int`, *optional*, defaults to `0`):
+            Optimizer steps the schedule takes to reach `reward_variance_top_p_end` (>= 1 for a schedule).
+        reward_variance_warmup_steps (`int`, *optional*, defaults to `0`):
+            The first this many optimizer steps train on every group (zero-variance ones too), like no filtering.
+        reward_variance_auto_on_above (`float`, *optional*, defaults to `0.8`):
+            `"auto"`: the filter turns on when the smoothed Std/Mean reaches this value (Table 8: Sokoban, 1.16-1.29,
+            gained from filtering).
+        reward_variance_auto_off_below (`float`, *optional*, defaults to `0.5`):
+            `"auto"`: the filter turns off when the smoothed Std/Mean falls below this value (Table 8: FrozenLake,
+            0.33, lost). At most `reward_variance_auto_on_above`; the gap is the hysteresis.
+        reward_variance_auto_smoothing (`float`, *optional*, defaults to `0.5`):
+            `"auto"`: decay of the moving average of Std/Mean, in [0, 1) (`0` uses each batch's value alone).
+        reward_variance_min_kept_fraction (`float`, *optional*, defaults to `0.0`):
+            Exploration guard: keep at least `ceil(f * P)` of the P groups, adding the next groups of the rule's
+            ranking (highest variance first). Zero-variance groups are added only with
+            `reward_variance_include_zero=True`, so a batch without reward variance can still be an empty step.
     """
 
     reward_variance_filtering: str | None = field(
         default="top_p",
-        metadata={"help": "Selection rule: 'top_p' (the paper), 'top_k', 'min_p', or None to disable filtering."},
+        metadata={
+            "help": "Selection rule: 'top_p' (the paper), 'top_k', 'min_p', 'auto' (top_p switched on and off from "
+            "the Std/Mean of the group reward std), or None to disable filtering."
+        },
     )
     reward_variance_top_p: float = field(
         default=0.9, metadata={"help": "Variance-mass share rho kept by 'top_p', in (0, 1]. Paper: 0.9."}
@@ -113,13 +149,38 @@ class SNRFilterArguments:
     reward_variance_empty_patience: int = field(
         default=5, metadata={"help": "Stop after this many consecutive empty filter steps (0: never)."}
     )
+    reward_variance_top_p_schedule: str = field(
+        default="constant",
+        metadata={"help": "rho over training: 'constant', 'linear' or 'cosine' (to reward_variance_top_p_end)."},
+    )
+    reward_variance_top_p_end: float | None = field(
+        default=None, metadata={"help": "Final rho of a 'linear' or 'cosine' schedule, in (0, 1]."}
+    )
+    reward_variance_schedule_steps: int = field(
+        default=0, metadata={"help": "Optimizer steps from reward_variance_top_p to reward_variance_top_p_end."}
+    )
+    reward_variance_warmup_steps: int = field(
+        default=0, metadata={"help": "Optimizer steps at the start that train on every group (filter off)."}
+    )
+    reward_variance_auto_on_above: float = field(
+        default=AUTO_ON_ABOVE, metadata={"help": "'auto': filter on when smoothed Std/Mean >= this (Table 8)."}
+    )
+    reward_variance_auto_off_below: float = field(
+        default=AUTO_OFF_BELOW, metadata={"help": "'auto': filter off when smoothed Std/Mean < this (Table 8)."}
+    )
+    reward_variance_auto_smoothing: float = field(
+        default=AUTO_SMOOTHING, metadata={"help": "'auto': moving-average decay of Std/Mean, in [0, 1)."}
+    )
+    reward_variance_min_kept_fraction: float = field(
+        default=0.0, metadata={"help": "Keep at least this share of the groups, highest variance first, in [0, 1]."}
+    )
 
     def validate_reward_variance_fields(self) -> None:
         """Raise a `ValueError` naming the field, its value and the fix for any invalid `reward_variance_*` field."""
         strategy = self.reward_variance_filtering
-        if strategy is not None and strategy not in STRATEGIES:
+        if strategy is not None and strategy not in (*STRATEGIES, AUTO):
             raise ValueError(
-                f"reward_variance_filtering must be one of {STRATEGIES} or None, got {strategy!r}; "
+                f"reward_variance_filtering must be one of {(*STRATEGIES, AUTO)} or None, got {strategy!r}; "
                 "use None to disable filtering"
             )
         if not (0.0 < self.reward_variance_top_p <= 1.0):
@@ -162,6 +223,77 @@ class SNRFilterArguments:
             raise ValueError(
                 f"reward_variance_empty_patience must be >= 0 (0 never stops), got {self.reward_variance_empty_patience}"
             )
+        self._validate_keep_rate_fields()
+
+    def _validate_keep_rate_fields(self) -> None:
+        strategy, schedule = self.reward_variance_filtering, self.reward_variance_top_p_schedule
+        if schedule not in SCHEDULES:
+            raise ValueError(f"reward_variance_top_p_schedule must be one of {SCHEDULES}, got {schedule!r}")
+        for name in ("reward_variance_schedule_steps", "reward_variance_warmup_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0 (optimizer steps), got {value!r}")
+        end = self.reward_variance_top_p_end
+        if schedule != "constant":
+            if strategy in ("top_k", "min_p"):
+                raise ValueError(
+                    f"reward_variance_top_p_schedule={schedule!r} anneals reward_variance_top_p, which "
+                    f"reward_variance_filtering={strategy!r} does not use; use 'top_p' or 'auto', or the 'constant' "
+                    "schedule"
+                )
+            if end is None or not (0.0 < end <= 1.0):
+                raise ValueError(
+                    f"reward_variance_top_p_end must be in (0, 1] with reward_variance_top_p_schedule={schedule!r}, "
+                    f"got {end!r}; e.g. reward_variance_top_p=1.0, reward_variance_top_p_end=0.9 anneals from no "
+                    "filtering to the paper's rho"
+                )
+            if self.reward_variance_schedule_steps < 1:
+                raise ValueError(
+                    f"reward_variance_schedule_steps must be >= 1 with reward_variance_top_p_schedule={schedule!r}, "
+                    f"got {self.reward_variance_schedule_steps}; set the optimizer steps the schedule takes"
+                )
+        elif end is not None:
+            raise ValueError(
+                f"reward_variance_top_p_end={end!r} has no effect with reward_variance_top_p_schedule='constant'; "
+                "set reward_variance_top_p_schedule='linear' or 'cosine' to anneal, or leave it None"
+            )
+        on_above, off_below = self.reward_variance_auto_on_above, self.reward_variance_auto_off_below
+        for name, value in (
+            ("reward_variance_auto_on_above", on_above),
+            ("reward_variance_auto_off_below", off_below),
+        ):
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0 (a Std/Mean value), got {value!r}")
+        if off_below > on_above:
+            raise ValueError(
+                f"reward_variance_auto_off_below ({off_below}) must be <= reward_variance_auto_on_above ({on_above}); "
+                "the filter turns off below the first and on above the second"
+            )
+        smoothing = self.reward_variance_auto_smoothing
+        if not (isinstance(smoothing, int | float) and 0.0 <= smoothing < 1.0):
+            raise ValueError(
+                f"reward_variance_auto_smoothing must be in [0, 1), got {smoothing!r}; 0 uses each batch's Std/Mean "
+                "alone"
+            )
+        fraction = self.reward_variance_min_kept_fraction
+        if isinstance(fraction, bool) or not (isinstance(fraction, int | float) and 0.0 <= fraction <= 1.0):
+            raise ValueError(
+                f"reward_variance_min_kept_fraction must be in [0, 1], got {fraction!r}; 0 turns the guard off"
+            )
+
+    def keep_rate_control(self) -> KeepRateControl:
+        """The [`~trl_ragen2.keep_rate.KeepRateControl`] (schedule, warm-up, auto switch) these fields describe."""
+        return KeepRateControl(
+            top_p=self.reward_variance_top_p,
+            top_p_end=self.reward_variance_top_p_end,
+            schedule=self.reward_variance_top_p_schedule,
+            schedule_steps=self.reward_variance_schedule_steps,
+            warmup_steps=self.reward_variance_warmup_steps,
+            auto=self.reward_variance_filtering == AUTO,
+            auto_on_above=self.reward_variance_auto_on_above,
+            auto_off_below=self.reward_variance_auto_off_below,
+            auto_smoothing=self.reward_variance_auto_smoothing,
+        )
 
 
 # MIDiagnosticsConfig field -> the MIDiagnosticsArguments field that sets it
@@ -176,6 +308,10 @@ MI_CONFIG_FIELDS = {
     "negative_sampling": "mi_negative_sampling",
     "marginal": "mi_marginal",
     "ema_alpha": "mi_ema_alpha",
+    "num_permutations": "mi_num_permutations",
+    "num_bootstrap": "mi_num_bootstrap",
+    "confidence_level": "mi_confidence_level",
+    "text_metrics": "mi_text_metrics",
 }
 
 
@@ -212,6 +348,15 @@ class MIDiagnosticsArguments:
             Per-token marginal of MI-Est: `"ragen"` (RAGEN's code, the paper's plotted curves) or `"paper"` (Eq. 1).
         mi_ema_alpha (`float`, *optional*, defaults to `0.9`):
             Decay of the MI-ZScore-EMA standard deviation (the paper's 0.9).
+        mi_num_permutations (`int`, *optional*, defaults to `1000`):
+            Label shuffles of the permutation test of retrieval above chance (`retrieval_pvalue`); 0 turns it off.
+        mi_num_bootstrap (`int`, *optional*, defaults to `1000`):
+            Bootstrap resamples of the confidence intervals of every proxy (`<key>_ci_low/high`); 0 turns them off.
+        mi_confidence_level (`float`, *optional*, defaults to `0.95`):
+            Level of the intervals and of the chance band (`retrieval_null_high`).
+        mi_text_metrics (`bool`, *optional*, defaults to `True`):
+            Also log the text template metrics of the batch's reasoning (distinct-n, self-BLEU, cross-prompt n-gram
+            overlap) under `ragen2/text/...`, at the same steps.
     """
 
     mi_diagnostics: bool = field(default=True, metadata={"help": "Run the RAGEN-2 MI collapse diagnostics."})
@@ -229,6 +374,18 @@ class MIDiagnosticsArguments:
     mi_negative_sampling: str = field(default="random", metadata={"help": "'random' or 'similar' negatives."})
     mi_marginal: str = field(default="ragen", metadata={"help": "'ragen' (plotted curves) or 'paper' (Eq. 1)."})
     mi_ema_alpha: float = field(default=0.9, metadata={"help": "EMA decay of MI-ZScore-EMA's sigma (paper: 0.9)."})
+    mi_num_permutations: int = field(
+        default=DEFAULT_PERMUTATIONS, metadata={"help": "Label shuffles of the retrieval permutation test (0: off)."}
+    )
+    mi_num_bootstrap: int = field(
+        default=DEFAULT_BOOTSTRAP, metadata={"help": "Bootstrap resamples of the intervals (0: off)."}
+    )
+    mi_confidence_level: float = field(
+        default=DEFAULT_LEVEL, metadata={"help": "Level of the MI confidence intervals."}
+    )
+    mi_text_metrics: bool = field(
+        default=True, metadata={"help": "Also log distinct-n, self-BLEU and n-gram overlap of the reasoning."}
+    )
 
     def mi_diagnostics_config(self):
         """The [`~trl_ragen2.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there; its errors name
@@ -240,11 +397,33 @@ class MIDiagnosticsArguments:
 
 
 @dataclass
-class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, GRPOConfig):
+class GradientReportArguments:
+    r"""
+    The gradient SNR report (RAGEN-2's Figure 3): per reward-variance bucket of prompt groups, the gradient norms of
+    the task, KL and entropy terms, from separate backward passes without an optimizer step (see
+    `trl_ragen2.grad_report`). Off by default: each report costs about 2-3 optimizer steps of compute.
+
+    Parameters:
+        grad_report_every_n_steps (`int`, *optional*, defaults to `0`):
+            Report at step 1 and then every this many optimizer steps; `0` turns the report off (RAGEN: 50).
+        grad_report_num_buckets (`int`, *optional*, defaults to `6`):
+            Reward-variance quantile buckets (RAGEN: 6); fewer when the batch has fewer prompt groups.
+    """
+
+    grad_report_every_n_steps: int = field(
+        default=0, metadata={"help": "Gradient SNR report every N optimizer steps (0: off; RAGEN: 50)."}
+    )
+    grad_report_num_buckets: int = field(
+        default=6, metadata={"help": "Reward-variance quantile buckets of the gradient report (RAGEN: 6)."}
+    )
+
+
+@dataclass
+class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, GradientReportArguments, GRPOConfig):
     r"""
     Configuration class for [`SNRFilteredGRPOTrainer`]: every [`~trl.GRPOConfig`] field, plus the RAGEN-2
-    SNR-aware filtering fields documented in [`SNRFilterArguments`] and the MI diagnostics fields documented in
-    [`MIDiagnosticsArguments`].
+    SNR-aware filtering fields documented in [`SNRFilterArguments`], the MI diagnostics fields documented in
+    [`MIDiagnosticsArguments`] and the gradient report fields of [`GradientReportArguments`].
 
     > [!NOTE]
     > The paper trains with P = 8 prompts x G = 16 rollouts per iteration, actor lr 1e-6, clip 0.2 / 0.28, entropy
@@ -256,6 +435,9 @@ class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, GRPOConf
         super().__post_init__()
         self.validate_reward_variance_fields()
         self.mi_diagnostics_config()  # validates the mi_* fields
+        from .grad_report import check_report_settings
+
+        check_report_settings(self, sharded=False)  # the trainer checks the sharding
         if self.reward_variance_filtering is not None and self.num_generations < 2:
             raise ValueError(
                 f"reward_variance_filtering={self.reward_variance_filtering!r} needs prompt groups, but "

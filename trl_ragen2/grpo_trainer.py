@@ -8,11 +8,16 @@ RAGEN-2 (arXiv 2604.06268) §3.3. The trainer is thin: it wires the pure functio
   passes; `_get_per_token_logps_and_entropies` then scores only the kept rows in those passes (and, in the loss,
   hands the entropies to the normalisation below);
 - `_calculate_rewards`: keeps the gathered (global) raw rewards, identical on every process;
-- `_generate_and_score_completions`: selects groups from those rewards and drops the other rows;
+- `_generate_and_score_completions`: selects groups from those rewards and drops the other rows (before that, the
+  MI diagnostics and, when on, the gradient SNR report of `trl_ragen2.grad_report` see the whole batch);
 - `_prepare_inputs`: lays the kept rows out over the micro-steps (full mini-batches, fewer updates);
 - `_compute_loss`: renormalises TRL's micro-batch loss so each optimizer step is plain GRPOTrainer's step on its
   kept rows, and keeps TRL's per-row metrics to the kept rows;
-- `_save_checkpoint` / `_load_optimizer_and_scheduler`: the filter counters and the MI EMA survive resume.
+- `_save_checkpoint` / `_load_optimizer_and_scheduler`: the filter counters, the auto switch and the MI EMA survive
+  resume.
+
+The keep rate in force at each generation (a rho schedule, a warm-up, the auto switch, the exploration guard) comes
+from `trl_ragen2.keep_rate`.
 
 The MI diagnostics (`trl_ragen2.diagnostics`) run on the pre-filter batch, between generation and filtering.
 """
@@ -42,10 +47,12 @@ from .batch_utils import (
     trim_completion_padding,
     zero_loss_rows,
 )
-from .diagnostics import MIDiagnostics
+from .diagnostics import MIDiagnostics, _is_sharded
 from .empty_steps import FILTER_STATE_FILE, EmptyStepGuard, FilterState
-from .filtering import filter_stats, group_reward_scores, select_groups
+from .filtering import filter_stats, group_reward_scores, std_over_mean
+from .grad_report import GradientReport, check_report_settings
 from .grpo_config import SNRFilteredGRPOConfig
+from .keep_rate import AUTO, FilterDecision, select_under
 from .micro_steps import MicroStep, chunk_windows, correct_trl_metrics, fill_chunks, loss_factors, plan_micro_steps
 from .reward_checks import check_finite_rewards, empty_step_cause, reward_function_error
 
@@ -113,6 +120,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             )
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self.filter_state = FilterState()
+        self.keep_rate_control = args.keep_rate_control()  # rho schedule, warm-up and auto switch
         self._global_rewards_per_func: torch.Tensor | None = None
         self.current_rows: list[dict] | None = None
         self._filtered_batch: dict | None = None
@@ -133,6 +141,12 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self.empty_step_guard = EmptyStepGuard(self)
         self.add_callback(self.empty_step_guard)
         self.mi_diagnostics = MIDiagnostics(args.mi_diagnostics_config()) if args.mi_diagnostics else None
+        check_report_settings(args, sharded=args.grad_report_every_n_steps > 0 and _is_sharded(self))
+        self.gradient_report = (
+            GradientReport(args.grad_report_every_n_steps, args.grad_report_num_buckets)
+            if args.grad_report_every_n_steps
+            else None
+        )
 
     # -----------------------------------------------------------------------------------------------------------
     # Rewards and selection
@@ -191,24 +205,37 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
 
     def select_groups_from_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
         """Apply the configured selection to raw rewards (N_global,) in group order; returns the kept groups (P,)."""
+        return self._select_groups(rewards, self._filter_decision(rewards))[0]
+
+    def _filter_decision(self, rewards: torch.Tensor) -> FilterDecision:
+        """Warm-up, scheduled rho and auto switch for this generation, from the state before it (no side effect:
+        the early selection and `_filter_batch` decide alike; `_filter_batch` commits the switch's new state)."""
+        state = self.filter_state
+        observed = std_over_mean(rewards.cpu(), self.num_generations) if self.keep_rate_control.auto else math.nan
+        return self.keep_rate_control.decide(self.state.global_step, observed, state.auto_signal, state.auto_on)
+
+    def _select_groups(self, rewards: torch.Tensor, decision: FilterDecision) -> tuple[torch.Tensor, int]:
+        """The kept groups (P,) under `decision`, and how many of them the exploration guard added."""
         args = self.args
-        scores = group_reward_scores(rewards, self.num_generations, metric=args.reward_variance_metric)
-        return select_groups(
-            scores,
+        return select_under(
+            decision,
+            group_reward_scores(rewards, self.num_generations, metric=args.reward_variance_metric),
             strategy=args.reward_variance_filtering,
-            top_p=args.reward_variance_top_p,
+            min_kept_fraction=args.reward_variance_min_kept_fraction,
+            include_zero=args.reward_variance_include_zero,
+            largest=args.reward_variance_largest,
             top_k=args.reward_variance_top_k,
             min_p=args.reward_variance_min_p,
             top_p_mode=args.reward_variance_top_p_mode,
-            include_zero=args.reward_variance_include_zero,
             selection_eps=args.reward_variance_selection_eps,
-            largest=args.reward_variance_largest,
         )
 
     def _before_filtering(self, inputs: list[dict], batch: dict) -> None:
         """Work on the whole (pre-filter) batch: the MI diagnostics, at step 1 and every `mi_every_n_steps`."""
         if self.mi_diagnostics is not None:
             self.mi_diagnostics.on_batch(self, inputs, batch)
+        if self.gradient_report is not None:  # norms per reward-variance bucket, no optimizer step
+            self.gradient_report.on_batch(self, batch, self._raw_rewards())
 
     def _generate_and_score_completions(self, inputs):
         # The dataset rows of this generation batch, for a rollout_func that needs more than the prompts
@@ -224,7 +251,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
 
     def _filter_batch(self, batch: dict) -> dict:
         rewards = self._raw_rewards()  # (N_global,)
-        keep_groups = self.select_groups_from_rewards(rewards)  # (P,)
+        decision = self._filter_decision(rewards)
+        keep_groups, guard_added = self._select_groups(rewards, decision)  # (P,)
         keep_rows = keep_groups.repeat_interleave(self.num_generations)  # (N_global,)
         local_rows = num_rows(batch)
         start = self.accelerator.process_index * local_rows
@@ -249,11 +277,12 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
 
         empty = not bool(keep_groups.any())
         self._empty_cause = empty_step_cause(rewards) if empty else None
-        self._update_filter_state(empty)
+        self._update_filter_state(empty, decision)
         kept_fraction = keep_groups.float().mean().item()
         scaling = self.args.reward_variance_loss_scaling
         self._loss_scale = {"none": 1.0, "linear": kept_fraction, "sqrt": math.sqrt(kept_fraction)}[scaling]
         self._log_filter_metrics(rewards, keep_groups, keep_rows)
+        self._log_keep_rate(decision, guard_added)
 
         self._filtered_batch = filtered
         return filtered
@@ -301,8 +330,10 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self._logs["advantages"].clear()
         self._logs["advantages"].extend(history)
 
-    def _update_filter_state(self, empty: bool) -> None:
+    def _update_filter_state(self, empty: bool, decision: FilterDecision) -> None:
         state = self.filter_state
+        if decision.auto_on is not None:
+            state.auto_signal, state.auto_on = decision.auto_signal, decision.auto_on
         state.filtered_steps += 1
         state.empty_steps += int(empty)
         state.consecutive_empty_steps = state.consecutive_empty_steps + 1 if empty else 0
@@ -318,6 +349,18 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         metrics["ragen2/filter/empty_steps"].append(float(self.filter_state.empty_steps))
         metrics["ragen2/filter/consecutive_empty_steps"].append(float(self.filter_state.consecutive_empty_steps))
         metrics["ragen2/filter/loss_scale"].append(self._loss_scale)
+
+    def _log_keep_rate(self, decision: FilterDecision, guard_added: int) -> None:
+        args, metrics = self.args, self._metrics["train"]
+        metrics["ragen2/filter/active"].append(float(decision.active))
+        if args.reward_variance_filtering in ("top_p", AUTO):
+            metrics["ragen2/filter/top_p"].append(decision.top_p)
+        if decision.auto_on is not None:
+            metrics["ragen2/filter/auto_on"].append(float(decision.auto_on))
+            signal = decision.auto_signal
+            metrics["ragen2/filter/auto_signal"].append(math.nan if signal is None else signal)
+        if args.reward_variance_min_kept_fraction:
+            metrics["ragen2/filter/guard_added"].append(float(guard_added))
 
     # -----------------------------------------------------------------------------------------------------------
     # Micro-batching and loss
@@ -467,7 +510,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             self.save_ragen2_state(checkpoint_dir)
 
     def save_ragen2_state(self, checkpoint_dir: str) -> None:
-        """Write the trainer's RAGEN-2 state (filter counters, MI EMA) into a checkpoint folder."""
+        """Write the trainer's RAGEN-2 state (filter counters and auto switch, MI EMA) into a checkpoint folder."""
         with open(os.path.join(checkpoint_dir, FILTER_STATE_FILE), "w") as f:
             json.dump(asdict(self.filter_state), f)
         if self.mi_diagnostics is not None:
@@ -503,6 +546,20 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
                 f"`{args.reward_variance_metric}` (top_p={args.reward_variance_top_p}, "
                 f"mode={args.reward_variance_top_p_mode}, include_zero={args.reward_variance_include_zero})"
             )
+            if args.reward_variance_top_p_schedule != "constant" or args.reward_variance_warmup_steps:
+                lines.append(
+                    f"- Keep rate: {args.reward_variance_top_p_schedule} from {args.reward_variance_top_p} to "
+                    f"{args.reward_variance_top_p_end} over {args.reward_variance_schedule_steps} steps, after "
+                    f"{args.reward_variance_warmup_steps} warm-up steps without filtering"
+                )
+            if args.reward_variance_filtering == AUTO:
+                lines.append(
+                    f"- Auto switch on the Std/Mean of the group reward std: on at {args.reward_variance_auto_on_above}"
+                    f", off below {args.reward_variance_auto_off_below} (smoothing "
+                    f"{args.reward_variance_auto_smoothing}); on at the end: {self.filter_state.auto_on}"
+                )
+            if args.reward_variance_min_kept_fraction:
+                lines.append(f"- Exploration guard: at least {args.reward_variance_min_kept_fraction} of the groups")
             lines.append(f"- Filter steps: {self.filter_state.filtered_steps}, empty: {self.filter_state.empty_steps}")
         lines += [f"- {key}: {value}" for key, value in self.model_card_details.items()]
         with open(os.path.join(args.output_dir, "README.md"), "a") as f:

@@ -23,13 +23,16 @@ from .run_logs import MI_SCOPES, as_records, env_names, metric_series
 class Series:
     """One line of a panel: a logged key, its legend label, its role ("train", "eval" or "reference", which set the
     line style), its colour group (lines of one env or one MI scope share a colour; default: the key), and
-    optionally the key of its standard deviation, shaded as a band of one std around the line."""
+    optionally the key of its standard deviation, shaded as a band of one std around the line, or a band: the keys
+    of its lower and upper edge, shaded where both are logged (a confidence interval, or the reach of chance)."""
 
     key: str
     label: str
     role: str = "train"
     group: str | None = None
     std_key: str | None = None
+    band: tuple[str, str] | None = None
+    band_label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Panel:
     looks_for: str  # shown when the panel has no data
     series: Callable[[set[str]], list[Series]] = field(repr=False)
     optional: bool = False  # only some runs log it (PPO, env rollouts): not reported as missing
+    marks_alarms: bool = False  # a vertical line at each step where the collapse alarm fired
 
 
 def _fixed(*series: Series) -> Callable[[set[str]], list[Series]]:
@@ -66,13 +70,29 @@ def _action_validity(keys: set[str]) -> list[Series]:
     return lines
 
 
-def _per_scope(*metrics: tuple[str, str, str]) -> Callable[[set[str]], list[Series]]:
-    """Lines for `ragen2/mi/<scope>/<metric>` in both scopes; each metric is (key suffix, label, role)."""
-    return lambda keys: [
-        Series(f"ragen2/mi/{scope}/{metric}", f"{label} ({scope.replace('_', '-')})", role, scope)
-        for scope in MI_SCOPES
-        for metric, label, role in metrics
-    ]
+def _per_scope(*metrics: tuple) -> Callable[[set[str]], list[Series]]:
+    """Lines for `ragen2/mi/<scope>/<metric>` in both scopes; each metric is (key suffix, label, role) and optionally
+    the key suffixes of its band's edges and the band's label."""
+
+    def series(keys):
+        lines = []
+        for scope in MI_SCOPES:
+            prefix = f"ragen2/mi/{scope}/"
+            for metric, label, role, *band in metrics:
+                edges = (prefix + band[0][0], prefix + band[0][1]) if band else None
+                shown = scope.replace("_", "-")
+                band_label = f"{band[1]} ({shown})" if band else None
+                lines.append(
+                    Series(prefix + metric, f"{label} ({shown})", role, scope, band=edges, band_label=band_label)
+                )
+        return lines
+
+    return series
+
+
+def _interval(metric: str) -> tuple[tuple[str, str], str]:
+    """The bootstrap interval of an MI proxy as a band (see `trl_ragen2.mi_uncertainty`)."""
+    return (f"{metric}_ci_low", f"{metric}_ci_high"), "95% interval"
 
 
 PANELS = (
@@ -102,14 +122,40 @@ PANELS = (
         "Retrieval accuracy",
         "accuracy",
         "ragen2/mi/<scope>/retrieval_acc",
-        _per_scope(("retrieval_acc", "Retrieval-Acc", "train"), ("retrieval_chance", "chance", "reference")),
+        _per_scope(
+            ("retrieval_acc", "Retrieval-Acc", "train", *_interval("retrieval_acc")),
+            ("retrieval_chance", "chance", "reference", ("retrieval_chance", "retrieval_null_high"), "chance reach"),
+        ),
+        marks_alarms=True,
     ),
-    Panel("MI-Est", "nats/token", "ragen2/mi/<scope>/mi_est", _per_scope(("mi_est", "MI-Est", "train"))),
+    Panel(
+        "MI-Est",
+        "nats/token",
+        "ragen2/mi/<scope>/mi_est",
+        _per_scope(("mi_est", "MI-Est", "train", *_interval("mi_est"))),
+        marks_alarms=True,
+    ),
     Panel(
         "MI-ZScore",
         "z-score",
         "ragen2/mi/<scope>/mi_zscore(_ema)",
-        _per_scope(("mi_zscore", "MI-ZScore", "train"), ("mi_zscore_ema", "MI-ZScore-EMA", "reference")),
+        _per_scope(
+            ("mi_zscore", "MI-ZScore", "train"),
+            ("mi_zscore_ema", "MI-ZScore-EMA", "reference", *_interval("mi_zscore_ema")),
+        ),
+        marks_alarms=True,
+    ),
+    Panel(
+        "Reasoning text",
+        "score",
+        "ragen2/text/...",
+        _fixed(
+            Series("ragen2/text/distinct_2", "distinct-2"),
+            Series("ragen2/text/self_bleu_within", "self-BLEU within a prompt"),
+            Series("ragen2/text/self_bleu_across", "self-BLEU across prompts"),
+            Series("ragen2/text/cross_prompt_overlap", "cross-prompt trigram overlap", "reference"),
+        ),
+        optional=True,
     ),
     Panel(
         "Entropy",
@@ -118,6 +164,7 @@ PANELS = (
         lambda keys: (
             [Series("entropy", "token entropy (policy)")] + _per_scope(("cond_entropy", "H(Z|X)", "train"))(keys)
         ),
+        marks_alarms=True,
     ),
     Panel(
         "Step time",

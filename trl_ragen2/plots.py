@@ -7,7 +7,12 @@
   validation, kept fraction of the SNR filter, retrieval accuracy, MI-Est, MI-ZScore(-EMA), entropy, step time);
   panels without data are left out and missing / NaN values are skipped.
 - [`plot_run`]: reads a run's logs (see `trl_ragen2.run_logs`) and writes every PNG it can, also for a run that is
-  still training. The command line `trl-ragen2 plot OUTPUT_DIR` calls it.
+  still training (with the gradient report of `trl_ragen2.grad_plots` when the run logged one). The command line
+  `trl-ragen2 plot OUTPUT_DIR` calls it.
+
+The MI panels shade the bootstrap intervals of `trl_ragen2.mi_uncertainty` (and, beside the chance line, the reach
+of chance: the accuracy shuffled labels reach at the confidence level), and mark the steps where
+`trl_ragen2.CollapseAlarm` fired.
 
 The default MI axis is MI-Est of the trajectory scope. Figure 1 of RAGEN-2 places reasoning on the plane of the
 mutual information I(X;Z) and H(Z|X); MI-Est is the proxy that estimates I(X;Z) itself, in the same nats per token
@@ -31,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .collapse_detector import ALARM_PREFIX
 from .panels import LINE_STYLES, PANELS, Panel, missing_panels, panel_data
 from .run_logs import MI_SCOPES, as_records, load_run_logs, metric_series
 
@@ -262,9 +268,13 @@ def plot_training_curves(history, panels: Sequence[Panel] = PANELS, title: str |
             color = colors.setdefault(group, f"C{len(colors) % 10}")
             (line,) = ax.plot(steps, values, label=series.label, color=color, **LINE_STYLES[series.role])
             line.set_gid(series.key)
+            if series.band is not None:
+                _shade_band(ax, as_records(history), series, color)
         for series, _, _ in lines:
             if series.std_key is not None:
                 _shade_std(ax, as_records(history), series)
+        if panel.marks_alarms:
+            _mark_alarms(ax, as_records(history))
         ax.set_title(panel.title)
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers, also in short runs
@@ -275,6 +285,27 @@ def plot_training_curves(history, panels: Sequence[Panel] = PANELS, title: str |
         figure.delaxes(ax)
     figure.suptitle(title or "Training curves")
     return figure
+
+
+def _shade_band(ax, records: list[dict], series, color: str) -> None:
+    """Shade a series' band (its interval, or chance's reach) at the steps that logged both edges."""
+    low = dict(zip(*metric_series(records, series.band[0]), strict=True))
+    high = dict(zip(*metric_series(records, series.band[1]), strict=True))
+    steps = sorted(set(low) & set(high))
+    if steps:
+        band = ax.fill_between(
+            steps, [low[s] for s in steps], [high[s] for s in steps], color=color, alpha=0.15, lw=0,
+            label=series.band_label,
+        )  # fmt: skip
+        band.set_gid(f"{series.key}:band")
+
+
+def _mark_alarms(ax, records: list[dict]) -> None:
+    """A vertical line at each step where the collapse alarm fired (`ragen2/alarm/fired`)."""
+    steps, fired = metric_series(records, ALARM_PREFIX + "fired")
+    for number, step in enumerate(s for s, value in zip(steps, fired, strict=True) if value > 0):
+        mark = ax.axvline(step, color="#d62728", ls="--", lw=1.2, label="collapse alarm" if number == 0 else None)
+        mark.set_gid("collapse-alarm")
 
 
 def _shade_std(ax, records: list[dict], series) -> None:
@@ -335,6 +366,11 @@ def plot_run_report(
             figures.append((REGIMES_FILE.format(scope=scope), figure))
         except MissingMetricsError as error:
             missing.append(str(error))
+    from .grad_plots import GRADIENT_FILE, plot_gradient_report
+
+    gradients = plot_gradient_report(logs)  # only runs with grad_report_every_n_steps have it: never "missing"
+    if gradients is not None:
+        figures.append((GRADIENT_FILE, gradients))
     paths = []
     if figures:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -349,7 +385,8 @@ def plot_run(output_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
     """Write every figure the run's logs allow as PNG files and return their paths.
 
     Reads `output_dir` with [`~run_logs.load_run_logs`] (final `trainer_state.json`, the newest checkpoint's, or a
-    live `metrics.jsonl`) and writes `training_curves.png` and `regimes_<scope>.png` per MI scope into `out_dir`
+    live `metrics.jsonl`) and writes `training_curves.png`, `regimes_<scope>.png` per MI scope and, when the run
+    logged the gradient report, `gradient_snr.png` into `out_dir`
     (default `<output_dir>/plots`). Figures or panels without data are skipped and listed in one warning; keyword
     arguments (`scopes`, `proxy`, `entropy`, `mi_threshold`, `entropy_threshold`, `dpi`) go to
     [`plot_run_report`].

@@ -162,6 +162,12 @@ class SNRFilteredPPOConfig(SNRFilteredGRPOConfig):
     def validate_ppo_fields(self) -> None:
         """Check the PPO fields (gamma, lam, critic_learning_rate, vf_coef, cliprange_value, kl_in_reward with
         beta); a `ValueError` naming the field and the fix otherwise."""
+        if self.grad_report_every_n_steps:
+            raise ValueError(
+                f"grad_report_every_n_steps={self.grad_report_every_n_steps} is not available with PPO: the report "
+                "needs the pre-filter batch's advantages, and GAE advantages exist only for the kept rows; use "
+                "SNRFilteredGRPOTrainer for the report, or grad_report_every_n_steps=0"
+            )
         if not (0.0 <= self.gamma <= 1.0):
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}; the paper uses 1.0")
         if not (0.0 <= self.lam <= 1.0):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,6 +157,68 @@ class EpisodeSpec:
         return cls(env=str(row["env"]), seed=row_seed(row["seed"]), env_config=parse_env_config(row.get("env_config")))
 
 
+# The numbers `Episode.stats()` counts itself, and the per-environment metrics `aggregate_env_metrics` builds
+# from them; an environment's own episode metrics (`TextEnv.episode_metrics`) may use neither name.
+ROLLOUT_STAT_KEYS = (
+    "success",
+    "return",
+    "turns",
+    "valid_actions",
+    "actions",
+    "format_errors",
+    "env_errors",
+    "context_limited",
+)
+ENV_METRICS = (
+    "success_rate",
+    "valid_action_rate",
+    "format_error_rate",
+    "env_error_rate",
+    "turns",
+    "mean_return",
+    "context_limit_rate",
+)
+
+
+def check_episode_metrics(metrics: Any, source: str) -> dict[str, float]:
+    """`metrics` (an environment's own numbers about one episode, from `source`) as floats, or a `ValueError`.
+
+    Keys are non-empty names without "/" that neither `ROLLOUT_STAT_KEYS` nor `ENV_METRICS` use (they would
+    overwrite the rollout's own statistics); values are finite real numbers.
+    """
+    if not isinstance(metrics, dict):
+        raise ValueError(f"{source} must return a dict of name -> number, got {type(metrics).__name__}")
+    checked = {}
+    for key, value in metrics.items():
+        if not isinstance(key, str) or not key or "/" in key:
+            raise ValueError(f"{source} returned the key {key!r}; keys must be non-empty names without '/'")
+        if key in ROLLOUT_STAT_KEYS or key in ENV_METRICS:
+            raise ValueError(
+                f"{source} returned the key {key!r}, which the rollout's own statistics use "
+                f"({', '.join(sorted({*ROLLOUT_STAT_KEYS, *ENV_METRICS}))}); give the environment's metric another name"
+            )
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"{source} returned {key}={value!r}; episode metrics must be finite numbers")
+        checked[key] = float(value)
+    return checked
+
+
+def read_episode_metrics(env: Any) -> dict[str, float]:
+    """The environment's own numbers about the episode it just played (`TextEnv.episode_metrics`), checked: the
+    keys must be the ones it declares in `episode_metric_keys`."""
+    source = f"{type(env).__name__}.episode_metrics()"
+    if not hasattr(env, "episode_metrics"):  # not a TextEnv: nothing beyond the rollout's own statistics
+        return {}
+    metrics = check_episode_metrics(env.episode_metrics(), source)
+    declared = tuple(getattr(env, "episode_metric_keys", ()))
+    if sorted(metrics) != sorted(declared):
+        raise ValueError(
+            f"{source} returned the keys {sorted(metrics)}, but {type(env).__name__}.episode_metric_keys declares "
+            f"{sorted(declared)}; return exactly the declared keys (docs/metrics.md lists them)"
+        )
+    return metrics
+
+
 @dataclass
 class Episode:
     """One rollout: its environment, token layout, spans and statistics."""
@@ -185,9 +248,11 @@ class Episode:
     success: bool = False
     finished: bool = False
     context_limited: bool = False
+    env_metrics: dict[str, float] = field(default_factory=dict)  # the environment's own numbers, read at the end
 
     def stats(self) -> dict[str, float]:
-        """Per-episode numbers behind the `ragen2/env/<env>/...` metrics."""
+        """Per-episode numbers behind the `ragen2/env/<env>/...` metrics: the rollout's own (`ROLLOUT_STAT_KEYS`),
+        then the environment's (`env_metrics`, from `TextEnv.episode_metrics`)."""
         return {
             "success": float(self.success),
             "return": self.total_return,
@@ -197,6 +262,7 @@ class Episode:
             "format_errors": float(self.format_errors),
             "env_errors": float(self.env_errors),
             "context_limited": float(self.context_limited),
+            **check_episode_metrics(self.env_metrics, "Episode.env_metrics"),
         }
 
 
@@ -373,6 +439,7 @@ class RolloutEngine:
         progress.close()
         for episode in episodes:
             episode.finished = True
+            episode.env_metrics = read_episode_metrics(episode.env)
             episode.env.close()
         return episodes
 

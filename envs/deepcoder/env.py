@@ -90,10 +90,12 @@ class DeepCoderEnv(TextEnv):
         sandbox: A [`SandboxConfig`] overriding `timeout_s`, `memory_mb`, `use_bubblewrap` and
             `allow_weak_isolation`.
 
-    `isolation` (and `isolation_level`, a number for metrics) tell how programs are isolated on this machine.
+    `isolation` (and `isolation_level`, a number for metrics) tell how programs are isolated on this machine;
+    every episode reports `isolation_level` (`episode_metrics`), logged as `ragen2/env/deepcoder/isolation_level`.
     """
 
     name = "deepcoder"
+    episode_metric_keys = ("isolation_level",)
 
     def __init__(
         self,
@@ -160,6 +162,9 @@ class DeepCoderEnv(TextEnv):
     def isolation_level(self) -> int:
         """3 bubblewrap, 2 unshare, 1 uid, 0 none (see `isolation.py`)."""
         return self.sandbox.isolation.level
+
+    def episode_metrics(self) -> dict[str, float]:
+        return {"isolation_level": float(self.isolation_level)}
 
     @property
     def instructions(self) -> str:

@@ -1,13 +1,25 @@
 """SearchQA: answer a multi-hop question by searching a document collection, then submit the answer.
 
-One episode: `reset(seed)` draws a question and shows it. Each turn the agent either searches,
-`search[query]`, and sees the best passages (`[Document i] (Title, Score)` then the text, 800 characters per
-document, 4,000 in all), or answers, `finish[answer]`, which ends the episode. The verb is case-insensitive
-and may be surrounded by other text; anything else is an invalid action (state unchanged, no step used).
-An episode ends after `max_steps` (10) valid actions without an answer, with reward 0.
+One episode: `reset(seed)` draws a question and shows it. Each turn the agent either searches, `search[query]`,
+and sees the best passages, or answers, `finish[answer]`, which ends the episode. Two sets of rules (`rules`):
+
+`"trl_ragen2"` (default): the observation is the question, then the results of the last search (3 passages,
+`[Document i] (Title, Score)` then the text, 800 characters per document, 4,000 in all). The verb is
+case-insensitive and may be surrounded by other text; anything else is an invalid action (state unchanged, no step
+used). An episode ends after `max_steps` (10) valid actions without an answer, with reward 0. `success` is an exact
+match.
+
+`"ragen"`: RAGEN's search environment on every input (`ragen_rules.py`): its observation texts, 5 passages in its
+client's format, its strict reading of the whole action, free text read as a final answer (extracted, scored, the
+episode ends), every action counting toward `max_steps`, and `success` for an exact match or any reward. `info`
+carries RAGEN's `action_type` ("search", "finish", "fallback", "invalid") and `action_is_valid` (False for text
+that is not `search[...]` or `finish[...]`, even when it is read as an answer).
+
+Under both rules an action over `MAX_ACTION_CHARS` is refused (state unchanged, no step used), a query or answer is
+cut to `MAX_ARGUMENT_CHARS`, and an action after the episode's end pays nothing and changes nothing.
 
 Reward (RAGEN's): 1 for an exact match after SQuAD normalisation, else the token F1 when it is at least 0.3,
-else 0; `info` carries `em`, `f1` and `success` (= exact match).
+else 0; `info` carries `em`, `f1` and `success`.
 
 Data. By default a procedural multi-hop world (`world.py`, fixed by `world_seed`): the seed of `reset` draws
 a bridge or comparison question over it. With `hotpotqa_path`, questions come from a HotpotQA file and the
@@ -27,6 +39,7 @@ from typing import Any
 
 from ..base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
 from ..tool_adapter import ToolEnvAdapter
+from . import ragen_rules
 from .answers import score_answer
 from .hotpotqa import HotpotQuestion, global_passages, load_hotpotqa, question_passages
 from .questions import QUESTION_KINDS, sample_question
@@ -56,6 +69,9 @@ TOOL_INSTRUCTIONS = (
 
 # ---------------------------------------------------------------------------------------------------------------
 # Game logic (pure functions)
+
+RULES = ("trl_ragen2", "ragen")
+TOP_K = 3  # passages per search under the library's rules (RAGEN's: ragen_rules.TOP_K)
 
 # Longer actions are refused before parsing, and longer queries and answers are cut, so no text the model writes
 # makes a step slow or an observation long. A 400-token reply (RAGEN's turn limit) stays far below both.
@@ -139,6 +155,7 @@ class SearchQAEnv(TextEnv):
     """Multi-hop question answering with a search engine (see the module docstring).
 
     Args:
+        rules: `"trl_ragen2"` (the library's) or `"ragen"` (RAGEN's search environment); see the module docstring.
         hotpotqa_path: A HotpotQA file (`.json` list or `.jsonl`, optionally `.gz`); `None` uses the
             procedural world.
         corpus: For HotpotQA, `"question"` (each question's paragraphs) or `"global"` (all paragraphs).
@@ -146,8 +163,8 @@ class SearchQAEnv(TextEnv):
         world_seed: Seed of the procedural world (the corpus); episode seeds draw questions over it.
         world_scale: Size multiplier of the procedural world (1.0: about 2,400 passages).
         question_kinds: Procedural question kinds to draw, a subset of `("bridge", "comparison")`.
-        top_k: Passages shown per search.
-        max_steps: Valid actions per episode.
+        top_k: Passages shown per search; `None`: 3 (`"trl_ragen2"`) or RAGEN's 5 (`"ragen"`).
+        max_steps: Actions per episode (valid ones under `"trl_ragen2"`, every one under `"ragen"`).
         retriever_url: Search through a server speaking RAGEN's API instead of the local index.
         retriever_timeout: Seconds the server may take to answer one try of a search.
         retriever_retries: Further tries of a search that failed to connect, timed out or got 429/5xx.
@@ -160,13 +177,14 @@ class SearchQAEnv(TextEnv):
     def __init__(
         self,
         *,
+        rules: str = "trl_ragen2",
         hotpotqa_path: str | None = None,
         corpus: str = "question",
         hotpotqa_limit: int | None = None,
         world_seed: int = 0,
         world_scale: float = 1.0,
         question_kinds: tuple[str, ...] | list[str] = QUESTION_KINDS,
-        top_k: int = 3,
+        top_k: int | None = None,
         max_steps: int = 10,
         retriever_url: str | None = None,
         retriever_timeout: float = 10.0,
@@ -175,6 +193,13 @@ class SearchQAEnv(TextEnv):
         max_total_chars: int = MAX_TOTAL_CHARS,
     ):
         super().__init__()
+        if rules not in RULES:
+            raise ValueError(
+                f"rules must be one of {RULES}, got {rules!r}; 'ragen' reproduces RAGEN's search environment (the "
+                "paper configs), 'trl_ragen2' is the library's (the default)"
+            )
+        if top_k is None:
+            top_k = ragen_rules.TOP_K if rules == "ragen" else TOP_K
         if corpus not in ("question", "global"):
             raise ValueError(f"corpus must be 'question' or 'global', got {corpus!r}")
         for field_name, value in (("top_k", top_k), ("max_steps", max_steps), ("max_doc_chars", max_doc_chars)):
@@ -185,7 +210,7 @@ class SearchQAEnv(TextEnv):
         self.question_kinds = tuple(question_kinds)
         if not self.question_kinds or set(self.question_kinds) - set(QUESTION_KINDS):
             raise ValueError(f"question_kinds must be a non-empty subset of {QUESTION_KINDS}, got {question_kinds!r}")
-        self.corpus, self.top_k, self.max_steps = corpus, top_k, max_steps
+        self.rules, self.corpus, self.top_k, self.max_steps = rules, corpus, top_k, max_steps
         self.max_doc_chars, self.max_total_chars = max_doc_chars, max_total_chars
         self.world_seed, self.world_scale = world_seed, float(world_scale)
         self.remote = HTTPRetriever(retriever_url, retriever_timeout, retriever_retries) if retriever_url else None
@@ -204,6 +229,7 @@ class SearchQAEnv(TextEnv):
         self.done = False
         self.succeeded = False
         self.last_results = ""
+        self.observation = ""  # the last observation under RAGEN's rules
 
     @property
     def instructions(self) -> str:
@@ -212,7 +238,8 @@ class SearchQAEnv(TextEnv):
     def _draw_episode(self) -> Episode:
         if self._hotpotqa_key is not None:
             questions = _hotpotqa_questions(*self._hotpotqa_key)
-            q = self.pick_for_seed(questions, self._seed)
+            unseeded_first = self.rules == "ragen" and self._seed is None  # RAGEN plays its first question
+            q = questions[0] if unseeded_first else self.pick_for_seed(questions, self._seed)
             if self.remote is not None:
                 retriever = self.remote
             elif self.corpus == "global":
@@ -230,11 +257,14 @@ class SearchQAEnv(TextEnv):
         self._seed = None if seed is None else int(seed)
         self.episode = self._draw_episode()
         self.steps, self.done, self.last_results, self.succeeded = 0, False, "", False
+        self.observation = ragen_rules.first_observation(self.episode.question)
         return self.render()
 
     def render(self) -> str:
         if self.episode is None:
             return "Call reset() to start an episode."
+        if self.rules == "ragen":
+            return self.observation
         text = f"Question: {self.episode.question}"
         return f"{text}\n\n{self.last_results}" if self.last_results else text
 
@@ -243,6 +273,8 @@ class SearchQAEnv(TextEnv):
             return not_started_step()
         if self.done:
             return finished_step(self.render(), self.succeeded)
+        if self.rules == "ragen":
+            return self._ragen_step(action)
         parsed = parse_action(action)
         if isinstance(parsed, str):
             return invalid_step(self.render(), parsed)
@@ -255,18 +287,71 @@ class SearchQAEnv(TextEnv):
             self.succeeded = score.em == 1.0
             info.update(em=score.em, f1=score.f1, success=self.succeeded, answer=parsed.argument)
             return self.render(), score.reward, True, info
-        try:
-            hits = self.episode.retriever.search(parsed.argument, self.top_k)
-            results = format_results(hits, self.max_doc_chars, self.max_total_chars)
-        except RetrievalError as error:  # the search engine failed, not the agent: a step with no results
-            hits, results = [], SEARCH_UNAVAILABLE
-            info["env_error"] = str(error)[:MAX_ERROR_CHARS]
+        hits = self._search(parsed.argument, self.top_k, info)
+        results = (
+            SEARCH_UNAVAILABLE if hits is None else format_results(hits, self.max_doc_chars, self.max_total_chars)
+        )
+        info["num_results"] = len(hits or [])
         self.last_results = f'Search results for "{parsed.argument}":\n{results}'
-        info["num_results"] = len(hits)
         if self.steps >= self.max_steps:
             self.done = True
             info.update(em=0.0, f1=0.0, truncated=True)
         return self.render(), 0.0, self.done, info
+
+    def _ragen_step(self, action: object) -> StepResult:
+        """One step under RAGEN's rules (`ragen_rules`): every action but a refused one uses a step."""
+        if isinstance(action, str) and len(action) > MAX_ACTION_CHARS:
+            return invalid_step(
+                self.render(), f"the action is {len(action)} characters long (at most {MAX_ACTION_CHARS})"
+            )
+        self.steps += 1
+        kind, argument = ragen_rules.read_action(action if isinstance(action, str) else "")
+        info: dict[str, Any] = {
+            "action_is_valid": kind in (ragen_rules.SEARCH, ragen_rules.FINISH),
+            "action_is_effective": kind != ragen_rules.INVALID,
+            "success": False,
+            "action_type": kind,
+            "steps": self.steps,
+        }
+        if kind == ragen_rules.INVALID:
+            self.done = self.steps >= self.max_steps
+            self.observation = ragen_rules.INVALID_OBSERVATION
+            info["invalid_reason"] = "the action is empty"
+            if self.done:
+                info.update(em=0.0, f1=0.0, truncated=True)
+            return self.observation, 0.0, self.done, info
+        if kind == ragen_rules.SEARCH:
+            query = argument[:MAX_ARGUMENT_CHARS]
+            hits = self._search(query, min(self.top_k, ragen_rules.MAX_REQUESTED_RESULTS), info)
+            if hits is None:
+                results = SEARCH_UNAVAILABLE
+            else:
+                results = ragen_rules.format_passages(hits, self.top_k, self.max_doc_chars, self.max_total_chars)
+            self.done = self.steps >= self.max_steps
+            self.last_results = f"Search results for '{query}':\n{results}"
+            self.observation = ragen_rules.search_observation(query, results, budget_spent=self.done)
+            info.update(query=query, num_results=len(hits or []))
+            if self.done:
+                info.update(em=0.0, f1=0.0, truncated=True)
+            return self.observation, 0.0, self.done, info
+        if kind == ragen_rules.FALLBACK:
+            info["invalid_reason"] = "neither search[...] nor finish[...]: read as the final answer"
+            argument = ragen_rules.extract_answer(argument)
+        answer = argument[:MAX_ARGUMENT_CHARS]
+        score = score_answer(answer, self.episode.answer)
+        self.done, self.succeeded = True, score.em == 1.0 or score.reward > 0
+        self.observation = ragen_rules.answer_observation(answer, score.reward, extracted=kind == ragen_rules.FALLBACK)
+        info.update(em=score.em, f1=score.f1, success=self.succeeded, answer=answer)
+        return self.observation, score.reward, True, info
+
+    def _search(self, query: str, top_k: int, info: dict[str, Any]) -> list | None:
+        """The hits for `query`, or None (the cause in `info["env_error"]`) when the search engine failed: then the
+        step is used and shows no results, as the failure is not the agent's."""
+        try:
+            return self.episode.retriever.search(query, top_k)
+        except RetrievalError as error:
+            info["env_error"] = str(error)[:MAX_ERROR_CHARS]
+            return None
 
     def search_results(self, query: str) -> list:
         """The hits a `search[query]` action would show now (for inspection; uses no step)."""
@@ -316,6 +401,8 @@ class SearchQAToolEnv(ToolEnvAdapter):
         return self._act(f"finish[{answer}]")
 
     def _reply(self, observation: str, reward: float, done: bool, info: dict[str, Any]) -> str:
+        if self.env.rules == "ragen":  # RAGEN's observation: the results, or the answer and its reward
+            return observation
         if info["action"] == "finish":
             return f"Answer recorded: {info['answer']}."
         return self.env.last_results

@@ -10,8 +10,9 @@ Both retrievers answer `search(query, top_k) -> list[SearchHit]`, best first:
   16 MiB and its JSON nesting, and raises [`RetrievalError`] when a search cannot be answered.
   [`RetrievalServer`](server.py) serves a `BM25Retriever` with that API.
 
-[`format_results`] writes hits the way the agent sees them: `[Document i] (Title, Score)` then the content,
-each document capped at 800 characters and the whole observation at 4,000.
+[`format_results`] writes hits the way the agent sees them under the library's rules: `[Document i] (Title, Score)`
+then the content, each document capped at 800 characters and the whole observation at 4,000 (RAGEN's rules:
+`ragen_rules.format_passages`).
 """
 
 from __future__ import annotations
@@ -198,7 +199,9 @@ class _Retryable(Exception):
 
 
 def parse_results_payload(payload: object, source: str = "server") -> list[SearchHit]:
-    """Read `{"results": [{"id", "content", "score", "title"?}, ...]}` into hits, checking the fields.
+    """Read `{"results": [{"id"?, "content", "score"?, "title"?}, ...]}` into hits, checking the fields.
+
+    A result without an id is `doc_<rank>`, without a score 0.0, as in RAGEN's client.
 
     Text fields are made valid Unicode (a lone surrogate, which JSON escapes can carry, becomes `?`), so what the
     agent sees can always be tokenised; a malformed answer raises `TypeError`.
@@ -215,7 +218,7 @@ def parse_results_payload(payload: object, source: str = "server") -> list[Searc
             raise TypeError(f"{source} result {i} has a score that is not a finite number: {_clean(str(score)[:40])}")
         hits.append(
             SearchHit(
-                _clean(str(item.get("id", i))),
+                _clean(str(item.get("id", f"doc_{i + 1}"))),  # RAGEN's client numbers results without an id so
                 _clean(str(item.get("title", ""))),
                 _clean(str(item["content"])),
                 float(score),

