@@ -7,7 +7,7 @@ import math
 import pytest
 
 from trl_ragen2.mi import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_MI_THRESHOLD, REGIMES, reasoning_regime
-from trl_ragen2.panels import Panel, Series
+from trl_ragen2.panels import PANELS, Panel, Series
 from trl_ragen2.plots import (
     MissingMetricsError,
     classify_run,
@@ -82,6 +82,17 @@ def test_a_series_with_a_std_key_is_shaded_one_std_around_it_in_any_panel():
     renamed = [{"step": 1, "ret": 2.0, "ret_std": 1.0}, {"step": 2, "ret": 3.0, "ret_std": 1.0}]
     (band,) = plot_training_curves(renamed, panels=(custom,)).axes[0].collections  # keyed on the series, not a title
     assert band.get_label() == "ret ± std"
+
+
+def test_alarm_marks_are_drawn_on_the_panels_that_ask_for_them_whatever_their_title():
+    history = [{"step": step, "ret": 1.0, "ragen2/alarm/fired": float(step == 2)} for step in (1, 2, 3)]
+    marked = Panel("Return", "return", "ret", lambda keys: [Series("ret", "return")], marks_alarms=True)
+    plain = Panel("MI-Est", "nats/token", "ret", lambda keys: [Series("ret", "return")])  # a marked panel's title
+    marked_ax, plain_ax = plot_training_curves(history, panels=(marked, plain)).axes
+    marks = [ln for ln in marked_ax.get_lines() if ln.get_gid() == "collapse-alarm"]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [2, 2]
+    assert [ln.get_gid() for ln in plain_ax.get_lines()] == ["ret"]
+    assert {p.title for p in PANELS if p.marks_alarms} == {"Retrieval accuracy", "MI-Est", "MI-ZScore", "Entropy"}
 
 
 def test_pooled_env_and_ppo_panels_appear_only_when_they_add_something():
