@@ -61,7 +61,8 @@ def modes(steps: int) -> dict[str, dict]:
     }
 
 
-# ------------------------------------------------------------------------------------------------ task
+# ---------------------------------------------------------------------------------------------------------------
+# Task
 
 
 def make_task(kind: str, contexts: int, arms: int, features: int, generator: torch.Generator):
@@ -91,7 +92,8 @@ def expected_success(weights: torch.Tensor, probabilities: torch.Tensor, phi: to
     return float((policy * probabilities).sum(dim=1).mean())
 
 
-# ------------------------------------------------------------------------------------------------ training
+# ---------------------------------------------------------------------------------------------------------------
+# Training
 
 
 def train(task, mode: dict, args, seed: int) -> dict:
@@ -152,7 +154,8 @@ def train(task, mode: dict, args, seed: int) -> dict:
     }
 
 
-# ------------------------------------------------------------------------------------------------ statistics
+# ---------------------------------------------------------------------------------------------------------------
+# Statistics
 
 
 def t_quantile(df: int, p: float = 0.975) -> float:

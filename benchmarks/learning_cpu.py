@@ -42,7 +42,8 @@ ENV = "frozen_lake"
 MOVES = {(-1, 0): "Up", (1, 0): "Down", (0, -1): "Left", (0, 1): "Right"}
 
 
-# ------------------------------------------------------------------------------------------------ solver
+# ---------------------------------------------------------------------------------------------------------------
+# Solver
 
 
 def shortest_path(lake, start: tuple[int, int]) -> list[str]:
@@ -74,7 +75,8 @@ def solver_reply(episode, max_actions: int) -> str:
     return f"I am at {env.player}, the goal is at {env.lake.goal}.</think><answer>{' || '.join(moves)}</answer>"
 
 
-# ------------------------------------------------------------------------------------------------ rollouts
+# ---------------------------------------------------------------------------------------------------------------
+# Rollouts
 
 
 def specs(split: str, count: int):
@@ -124,7 +126,8 @@ def evaluate(model, tokenizer, episode_specs, rollout_config) -> dict:
     }
 
 
-# ------------------------------------------------------------------------------------------------ warm start
+# ---------------------------------------------------------------------------------------------------------------
+# Warm start
 
 
 def warm_start(model, tokenizer, episodes, *, epochs: int, lr: float, batch_size: int, seed: int) -> list[float]:
@@ -157,7 +160,8 @@ def warm_start(model, tokenizer, episodes, *, epochs: int, lr: float, batch_size
     return losses
 
 
-# ------------------------------------------------------------------------------------------------ GRPO
+# ---------------------------------------------------------------------------------------------------------------
+# GRPO
 
 
 def grpo(model_dir: str, output_dir: str, args, *, filtered: bool) -> tuple[list[dict], object]:
@@ -198,7 +202,8 @@ def rollout_config(args):
     return RolloutConfig(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn, eval_temperature=0.5)
 
 
-# ------------------------------------------------------------------------------------------------ figures
+# ---------------------------------------------------------------------------------------------------------------
+# Figures
 
 
 def plot(results: dict, folder: str) -> list[str]:
@@ -242,7 +247,8 @@ def plot(results: dict, folder: str) -> list[str]:
     return [success_path, curves_path]
 
 
-# ------------------------------------------------------------------------------------------------ main
+# ---------------------------------------------------------------------------------------------------------------
+# Main
 
 
 def parse_args(argv=None):

@@ -33,6 +33,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
 
+from trl_ragen2.run_logs import MI_SCOPES  # noqa: E402
+
 
 class TokenCounter:
     """Counts the real tokens fed to a backbone (input ids, minus the right padding of chain chunks)."""
@@ -162,7 +164,7 @@ def main(argv=None):
         trainer, captured, logs = train_two_steps(args, output_dir)
     model, tokenizer = trainer.model, trainer.processing_class
     step_with, step_without = logs[0]["step_time"], logs[1]["step_time"]
-    diag_in_step = sum(logs[0][f"ragen2/mi/{scope}/time_s"] for scope in ("first_turn", "trajectory"))
+    diag_in_step = sum(logs[0][f"ragen2/mi/{scope}/time_s"] for scope in MI_SCOPES)
     every = trainer.args.mi_every_n_steps
     cpu_with, cpu_without = logs[0].get("step_cpu_s", math.nan), logs[1].get("step_cpu_s", math.nan)
     diag_cpu = captured["diagnostics_cpu_s"]
@@ -204,12 +206,10 @@ def main(argv=None):
         cheap, _, cpu_k, tokens_k = diagnostics_pass(model, tokenizer, rows, batch, num_negatives=k)
         results[f"negatives_{k}"] = {
             "cpu_s": cpu_k, "tokens": tokens_k, "cpu_fraction_of_exact": cpu_k / cpu,
-            **{f"{scope}/{key}": cheap[f"ragen2/mi/{scope}/{key}"] for scope in ("first_turn", "trajectory") for key in keys},
+            **{f"{scope}/{key}": cheap[f"ragen2/mi/{scope}/{key}"] for scope in MI_SCOPES for key in keys},
         }  # fmt: skip
         print(f"(c) K={k}: {tokens_k} tokens, {cpu_k:.1f} CPU s ({cpu_k / cpu:.0%} of exact)")
-    results["exact"] = {
-        f"{scope}/{key}": exact[f"ragen2/mi/{scope}/{key}"] for scope in ("first_turn", "trajectory") for key in keys
-    }
+    results["exact"] = {f"{scope}/{key}": exact[f"ragen2/mi/{scope}/{key}"] for scope in MI_SCOPES for key in keys}
     print(json.dumps(results, indent=2))
     if args.out:
         with open(args.out, "w") as f:

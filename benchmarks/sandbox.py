@@ -33,7 +33,7 @@ from trl_ragen2_envs.searchqa import BM25Retriever, HTTPRetriever, RetrievalServ
 from trl_ragen2_envs.searchqa.questions import sample_question
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Sandbox
 
 
@@ -92,7 +92,7 @@ def bench_sandbox(runs: int, workers: int) -> None:
     print(f"{f'default, run_tests with {workers} workers':<84} {rate:8.1f} tests/s  {rate / bare:4.2f}x")
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # SearchQA
 
 

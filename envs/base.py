@@ -7,6 +7,11 @@ string (lone surrogates included); an action it cannot use is reported with `act
 the state unchanged (the rollout applies the format penalty). A step the environment's own machinery failed to
 serve (a search server down) carries the cause in `info["env_error"]`.
 
+`step` before the first `reset` follows the same rule in every environment: it does not raise but returns
+`not_started_step()`, an invalid step (empty observation, no reward, not done) whose `invalid_reason` says to call
+`reset()`. So a wrapper that steps a fresh environment gets an answer it already handles, and the reason names the
+missing call. (RAGEN's environments fail with whatever error their missing state raises.)
+
 Environments are plain Python (numpy at most): no torch, no TRL.
 """
 
@@ -27,12 +32,15 @@ T = TypeVar("T")
 class TextEnv(ABC):
     """Base class of the text environments.
 
-    Subclasses set `name`, implement `reset`, `step` and `render`, and return their task instructions from
-    `instructions`. Discrete tasks list their action vocabulary in `action_vocabulary()`; open-ended ones
-    (Countdown, MetaMathQA) return `None`.
+    Subclasses set `name` (and `takes_split` when they choose instances by split), implement `reset`, `step` and
+    `render`, and return their task instructions from `instructions`. Discrete tasks list their action vocabulary
+    in `action_vocabulary()`; open-ended ones (Countdown, MetaMathQA) return `None`.
     """
 
     name: str = ""
+    # Whether the constructor takes a `split` keyword and draws its instances from that split (WebShop's goals);
+    # dataset builders then give the train and evaluation environments their own split.
+    takes_split: bool = False
     # The keys `episode_metrics` returns (listed in docs/metrics.md as `ragen2/env/<name>/<key>`).
     episode_metric_keys: tuple[str, ...] = ()
 
@@ -109,6 +117,15 @@ class TextEnv(ABC):
 def invalid_step(observation: str, reason: str, **info: Any) -> StepResult:
     """The result of an action the environment could not use: no reward, state unchanged, not done."""
     return observation, 0.0, False, {"success": False, "action_is_valid": False, "invalid_reason": reason, **info}
+
+
+NOT_STARTED_REASON = "no episode: call reset() before step()"
+
+
+def not_started_step(**info: Any) -> StepResult:
+    """The result of `step` before the first `reset`: an invalid step on an empty observation (see the module
+    docstring)."""
+    return invalid_step("", NOT_STARTED_REASON, **info)
 
 
 def finished_step(

@@ -36,13 +36,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .base import StepResult, TextEnv, finished_step, invalid_step
+from .base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
 from .countdown_rules import (
     CORRECT_REWARD,
     FORMAT_REWARD,
@@ -54,6 +53,7 @@ from .countdown_rules import (
     score_answer,  # noqa: F401 -- public here as before: the reward of an answer text under a rule
     score_evaluation,
 )
+from .problem_files import load_problem_file
 from .tool_adapter import ToolEnvAdapter
 
 
@@ -167,19 +167,9 @@ def problem_from_record(record: dict[str, Any], *, where: str) -> CountdownProbl
     return CountdownProblem(target=as_int(target, "target"), nums=numbers)
 
 
-@lru_cache(maxsize=8)
-def _load_cached(path: str, mtime_ns: int, max_problems: int | None, plus_minus_only: bool):
-    from .datasets import read_records
-
-    records = read_records(path, what="Countdown problems")
-    if max_problems is not None:
-        records = records[:max_problems]
-    problems = [problem_from_record(record, where=f"{path}: record {index}") for index, record in enumerate(records)]
-    if plus_minus_only:
-        problems = [p for p in problems if solvable_with_plus_minus(p.target, p.nums)]
-    if not problems:
-        raise ValueError(f"{path}: no problem left after filtering (plus_minus_only={plus_minus_only})")
-    return tuple(problems)
+def plus_minus_solvable(problem: CountdownProblem) -> bool:
+    """Whether a problem can be solved with + and - alone (RAGEN's data filter)."""
+    return solvable_with_plus_minus(problem.target, problem.nums)
 
 
 def load_problems(
@@ -189,10 +179,14 @@ def load_problems(
 
     `max_problems` keeps the first records (RAGEN uses 20,000) before `plus_minus_only` filters them.
     """
-    resolved = Path(path).expanduser().resolve()
-    if not resolved.is_file():
-        raise FileNotFoundError(f"data_path={str(path)!r} does not exist; pass a Countdown-Tasks-3to4 file")
-    return _load_cached(str(resolved), resolved.stat().st_mtime_ns, max_problems, plus_minus_only)
+    return load_problem_file(
+        path,
+        problem_from_record,
+        what="Countdown problems",
+        expected="a Countdown-Tasks-3to4 file",
+        max_records=max_problems,
+        keep=plus_minus_solvable if plus_minus_only else None,
+    )
 
 
 ### env class
@@ -262,9 +256,9 @@ class CountdownEnv(TextEnv):
         return self.observation
 
     def step(self, action: str) -> StepResult:
-        """Score one answer; a valid one ends the episode. Raises `RuntimeError` before `reset()`."""
+        """Score one answer; a valid one ends the episode."""
         if self.problem is None:
-            raise RuntimeError("call reset() before step()")
+            return not_started_step()
         if self.done:
             return finished_step(self.observation, self.success, "the episode is over")
         if self.reward_rule == "ragen":

@@ -15,17 +15,17 @@ procedural generators, disjoint seeds mean independent draws (a repeated instanc
 makes it); an environment that reads its problems from a file maps the seed onto the file (`seed % len(file)`),
 so give each split its own file through `env_config`.
 
-The module also reads the local record files (.jsonl, .json, .parquet) that the file-backed environments load.
+`read_records`, which reads the local record files of the file-backed environments, lives in `problem_files`.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from . import make_env
 from .base import require_int
+from .problem_files import read_records  # noqa: F401 -- public here as before
 from .prompts import check_protocol, initial_messages, prompt_budget
 
 
@@ -34,7 +34,7 @@ SEEDS_PER_SPLIT = 100_000_000
 SPLIT_SEED_START = {split: index * SEEDS_PER_SPLIT for index, split in enumerate(SPLITS)}
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Seeds and rows
 
 
@@ -185,49 +185,3 @@ def build_mixed_rows(
         keyed_rows.extend((((2 * j + 1) / (2 * count)), spec_position, row) for j, row in enumerate(rows))
     keyed_rows.sort(key=lambda item: (item[0], item[1]))
     return [row for _, _, row in keyed_rows]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Local record files
-
-
-def read_records(path: str | Path, *, what: str = "records") -> list[dict[str, Any]]:
-    """Records (dicts) from a .jsonl (one object per line), .json (a list of objects) or .parquet file.
-
-    `what` names the data in error messages ("Countdown problems").
-    """
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} file {str(path)!r} does not exist")
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        records = []
-        with path.open(encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}: line {line_number} is not valid JSON ({error})") from None
-    elif suffix == ".json":
-        try:
-            records = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}: not valid JSON ({error})") from None
-        if not isinstance(records, list):
-            raise ValueError(
-                f"{path}: a .json file of {what} must hold a list of objects, got {type(records).__name__}"
-            )
-    elif suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        records = pq.read_table(path).to_pylist()
-    else:
-        raise ValueError(f"{path}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
-    for index, record in enumerate(records):
-        if not isinstance(record, dict):
-            raise TypeError(f"{path}: record {index} must be an object, got {type(record).__name__}")
-    if not records:
-        raise ValueError(f"{path}: holds no {what}")
-    return records

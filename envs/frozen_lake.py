@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import StepResult, TextEnv, action_index, finished_step, invalid_step, require_int
+from .base import StepResult, action_index, require_int
+from .grid import GridEnv, board_size_line, check_seed, ragen_layout
 from .tool_adapter import ToolEnvAdapter
 
 
@@ -55,15 +56,6 @@ RULES = (
 SLIP_NOTE = (
     "; the ice is slippery, so a move goes the intended way with probability {success_rate:g} and otherwise slides "
     "to one of the two perpendicular sides"
-)
-COORDINATE_NOTE = (
-    "\nBelow the grid, positions are listed as (row, col) counted from (0, 0) at the top-left cell; "
-    "Up lowers the row, Left lowers the column."
-)
-# RAGEN's layout lists the coordinates (with the start cell) first, then the grid.
-COORDINATES_FIRST_NOTE = (
-    "\nAbove the grid, positions are listed as (row, col) counted from (0, 0) at the top-left cell, the start "
-    "included; Up lowers the row, Left lowers the column."
 )
 ANSWER_EXAMPLE = "\nAnswer with your actions in order, e.g. <answer>Left || Down</answer>."
 # RAGEN's symbol order, in this library's words.
@@ -92,7 +84,6 @@ PLAYER, FROZEN, HOLE, GOAL, PLAYER_IN_HOLE, PLAYER_ON_GOAL = "P", "_", "O", "G",
 ACTION_NAMES = ("Left", "Down", "Right", "Up")
 ACTION_OFFSETS = ((0, -1), (1, 0), (0, 1), (-1, 0))  # (row, col) step of each entry of ACTION_NAMES
 GOAL_REWARD = 1.0
-RENDER_MODES = ("grid", "grid_coord")
 ACTION_LOOKUP = {name.lower(): index for index, name in enumerate(ACTION_NAMES)}
 # Slip draws are taken from the env's generator in blocks of this many.
 UNIFORM_BLOCK = 256
@@ -214,17 +205,10 @@ def _require_probability(field: str, value: Any, low_open: bool, fix: str) -> fl
     return float(value)
 
 
-def check_seed(seed: Any) -> int | None:
-    """`seed` as a non-negative int, or None; a `ValueError` for anything else."""
-    if seed is None:
-        return None
-    return require_int("seed", seed, 0, "pass a non-negative integer, or None for a fresh random map")
-
-
 ### env class
 
 
-class FrozenLakeEnv(TextEnv):
+class FrozenLakeEnv(GridEnv):
     """FrozenLake with slip; see the module docstring.
 
     Args:
@@ -243,6 +227,10 @@ class FrozenLakeEnv(TextEnv):
     """
 
     name = "frozen_lake"
+    action_names = ACTION_NAMES
+    symbols = SYMBOL_LEGEND
+    answer_example = ANSWER_EXAMPLE
+    coordinates_also_listed = ", the start included"  # RAGEN's block also lists the start cell
 
     def __init__(
         self,
@@ -253,16 +241,12 @@ class FrozenLakeEnv(TextEnv):
         max_steps: int = 100,
         render_mode: str = "grid_coord",
     ) -> None:
-        super().__init__()
+        super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.size = require_int("size", size, 2, "the paper uses size=4")
         self.p = _require_probability("p", p, True, "the paper uses p=0.9 (a cell is frozen with probability p)")
         self.success_rate = _require_probability(
             "success_rate", success_rate, False, "use 1.0 for no slip (paper's main table) or e.g. 0.98"
         )
-        self.max_steps = require_int("max_steps", max_steps, 1, "the default is max_steps=100")
-        if render_mode not in RENDER_MODES:
-            raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
-        self.render_mode = render_mode
         self._side_probability = (1.0 - self.success_rate) / 2.0
         self._lake: FrozenLakeMap | None = None
         self._neighbors: tuple[tuple[int, ...], ...] = ()
@@ -272,31 +256,18 @@ class FrozenLakeEnv(TextEnv):
         self._static_coordinates = ""
         self._goal = -1
         self._player = -1
-        self._num_steps = 0
-        self._done = True  # no episode until reset / load
-        self._success = False
         self._uniforms: list[float] = []
         self._uniform_index = 0
 
-    @property
-    def instructions(self) -> str:
-        rules = RULES.format(slip=slip_note(self.success_rate))
-        return rules + (COORDINATE_NOTE if self.render_mode == "grid_coord" else "")
+    def _rules(self) -> str:
+        return RULES.format(slip=slip_note(self.success_rate))
 
-    @property
-    def task_instructions(self) -> str:
-        task = TASK.format(slip=slip_note(self.success_rate)) + ANSWER_EXAMPLE
-        return task + (COORDINATES_FIRST_NOTE if self.render_mode == "grid_coord" else "")
-
-    def action_vocabulary(self) -> list[str]:
-        return list(ACTION_NAMES)
-
-    def symbol_legend(self) -> dict[str, str]:
-        return dict(SYMBOL_LEGEND)
+    def _task(self) -> str:
+        return TASK.format(slip=slip_note(self.success_rate))
 
     def reset(self, seed: int | None = None) -> str:
         """Start an episode on a fresh map; the same seed gives the same map and slips (`None`: the env's RNG)."""
-        seed = check_seed(seed)
+        seed = check_seed(seed, "map")
         if seed is not None:
             self.seed_rng(seed)
         return self.load_map(generate_lake(self.size, self.p, self.rng))
@@ -317,8 +288,7 @@ class FrozenLakeEnv(TextEnv):
         self._coord_labels = tuple(f"({cell // size}, {cell % size})" for cell in range(size * size))
         holes_text = ", ".join(f"({r}, {c})" for r, c in sorted(lake.holes)) or "none"
         self._static_coordinates = f"Goal: {self._coord_labels[self._goal]}\nHoles: {holes_text}"
-        self._num_steps = 0
-        self._done = self._success = False
+        self._start_episode()
         self._uniforms, self._uniform_index = [], 0
         return self.render()
 
@@ -336,10 +306,8 @@ class FrozenLakeEnv(TextEnv):
         player = self._player
         reached = self._neighbors[player][direction]
         self._player = reached
-        self._num_steps += 1
         success = reached == self._goal
-        done = success or self._holes[reached] or self._num_steps >= self.max_steps
-        self._success, self._done = success, done
+        done = self._end_move(success, terminal=self._holes[reached])
         info = {
             "success": success,
             "action_is_valid": True,
@@ -353,14 +321,6 @@ class FrozenLakeEnv(TextEnv):
             self._uniforms, self._uniform_index = self.rng.random(UNIFORM_BLOCK).tolist(), 0
         self._uniform_index += 1
         return self._uniforms[self._uniform_index - 1]
-
-    def _unusable_step(self) -> StepResult:
-        if self._lake is None:
-            return invalid_step("", "call reset() before step()", action_is_effective=False)
-        if self._done:  # an action after the end changes nothing; the episode stays over
-            return finished_step(self.render(), self._success, action_is_effective=False)
-        reason = f"not a move; use one of {', '.join(ACTION_NAMES)}"
-        return invalid_step(self.render(), reason, action_is_effective=False)
 
     def _grid(self) -> str:
         cells = list(self._base_cells)
@@ -377,8 +337,7 @@ class FrozenLakeEnv(TextEnv):
         if self.render_mode == "grid":
             return grid
         return (
-            f"{grid}\nBoard size: {size} rows x {size} columns\n"
-            f"Player: {self._coord_labels[player]}\n{self._static_coordinates}"
+            f"{grid}\n{board_size_line(size, size)}\nPlayer: {self._coord_labels[player]}\n{self._static_coordinates}"
         )
 
     def protocol_reward(self, reward: float, protocol: str) -> float:
@@ -387,9 +346,8 @@ class FrozenLakeEnv(TextEnv):
         return int(reward) if protocol == "ragen" else reward
 
     def protocol_observation(self, observation: str, protocol: str) -> str:
-        """RAGEN's layout for `protocol="ragen"` in `"grid_coord"` mode: "Coordinates: " and a board-size line, the
-        start, the goal, the player (on the goal or in a hole) and the holes if any, then "Grid Map: " and the
-        grid. Otherwise `observation`."""
+        """RAGEN's layout for `protocol="ragen"` in `"grid_coord"` mode (`grid.ragen_layout`): the start, the goal,
+        the player (on the goal or in a hole) and the holes if any, then the grid. Otherwise `observation`."""
         lake = self._lake
         if protocol != "ragen" or self.render_mode != "grid_coord" or lake is None:
             return observation
@@ -399,14 +357,13 @@ class FrozenLakeEnv(TextEnv):
             "Player on goal" if player == self._goal else "Player in hole" if self._holes[player] else "Player"
         )
         lines = [
-            f"Board size: {size} rows x {size} cols (zero-indexed).",
             f"Start: {labels[lake.start[0] * size + lake.start[1]]}",
             f"Goal: {labels[self._goal]}",
             f"{player_label}: {labels[player]}",
         ]
         if lake.holes:
             lines.append("Holes: " + ", ".join(f"({r}, {c})" for r, c in sorted(lake.holes)))
-        return "Coordinates: \n" + "\n".join(lines) + "\nGrid Map: \n" + self._grid()
+        return ragen_layout(size, size, lines, self._grid())
 
     @property
     def lake(self) -> FrozenLakeMap:
@@ -419,16 +376,6 @@ class FrozenLakeEnv(TextEnv):
     def player(self) -> tuple[int, int]:
         """The player's (row, col)."""
         return divmod(self._player, self.lake.size)
-
-    @property
-    def num_steps(self) -> int:
-        """Valid moves made in this episode."""
-        return self._num_steps
-
-    @property
-    def is_done(self) -> bool:
-        """Whether the episode is over (goal, hole or `max_steps`); True before the first reset."""
-        return self._done
 
 
 ### TRL adapter

@@ -33,14 +33,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .base import StepResult, TextEnv, finished_step, invalid_step
+from .base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
 from .math_judge import DEFAULT_TIMEOUT_S, math_verify_verdict
+from .problem_files import load_problem_file
 from .tool_adapter import ToolEnvAdapter
 
 
@@ -322,20 +322,9 @@ def problem_from_record(record: dict[str, Any], *, where: str) -> MathProblem:
     return MathProblem(question=question, answer=answer, family=family, ragen_answer=ragen_answer)
 
 
-@lru_cache(maxsize=8)
-def _load_cached(path: str, mtime_ns: int) -> tuple[MathProblem, ...]:
-    from .datasets import read_records
-
-    records = read_records(path, what="math problems")
-    return tuple(problem_from_record(record, where=f"{path}: record {i}") for i, record in enumerate(records))
-
-
 def load_problems(path: str | Path) -> tuple[MathProblem, ...]:
     """MetaMathQA- or GSM8K-format records from a local .jsonl, .json or .parquet file (cached per file version)."""
-    resolved = Path(path).expanduser().resolve()
-    if not resolved.is_file():
-        raise FileNotFoundError(f"data_path={str(path)!r} does not exist; pass a MetaMathQA or GSM8K file")
-    return _load_cached(str(resolved), resolved.stat().st_mtime_ns)
+    return load_problem_file(path, problem_from_record, what="math problems", expected="a MetaMathQA or GSM8K file")
 
 
 ### env class
@@ -422,9 +411,9 @@ class MetaMathQAEnv(TextEnv):
         return self.use_math_verify and math_verify_match(answer, self.problem.answer, self.math_verify_timeout_s)
 
     def step(self, action: str) -> StepResult:
-        """Check one answer (a wrong one uses an attempt); raises `RuntimeError` before `reset()`."""
+        """Check one answer (a wrong one uses an attempt)."""
         if self.problem is None:
-            raise RuntimeError("call reset() before step()")
+            return not_started_step()
         if self.done:
             return finished_step(self.observation, self.success, "the episode is over")
         ragen = self.reward_rule == "ragen"

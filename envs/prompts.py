@@ -45,7 +45,7 @@ _FORMAT_INSTRUCTION = (
 RAGEN_NO_VALID_ACTION_LINE = (
     "No valid action provided previously. Environment state remains the same. Please try again.\n"
 )
-_THINK_TO_ANSWER = re.compile(r"</think>\s*<answer>")
+_THINK_TO_ANSWER = re.compile(re.escape(THINK_CLOSE) + r"\s*" + re.escape(ANSWER_OPEN))
 
 # RAGEN's per-environment prompt budgets (config/envs.yaml of the RAGEN-2 code, paper variants CoordSokoban and
 # CoordFrozenLake): name -> (actions per episode, the "Max response length" shown in the prompt).
@@ -78,7 +78,7 @@ def prompt_budget(env_name: str, max_actions: int | None = None, max_tokens: int
     return max_actions, max_tokens
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Prompts
 
 
@@ -161,7 +161,7 @@ def initial_messages(
     ]
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Parsing
 
 

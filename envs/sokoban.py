@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import StepResult, TextEnv, action_index, finished_step, invalid_step, require_int
+from .base import StepResult, action_index, require_int
+from .grid import GridEnv, board_size_line, check_seed, ragen_layout
 from .sokoban_generation import (
     ACTION_NAMES,
     WALL,
@@ -57,15 +58,6 @@ RULES = (
     "+10 when every box is on a target."
 )
 ANSWER_EXAMPLE = "\nAnswer with your actions in order, e.g. <answer>Up || Left</answer>."
-COORDINATE_NOTE = (
-    "\nBelow the grid, positions are listed as (row, col) counted from (0, 0) at the top-left cell; "
-    "Up lowers the row, Left lowers the column."
-)
-# RAGEN's layout lists the coordinates first, then the grid.
-COORDINATES_FIRST_NOTE = (
-    "\nAbove the grid, positions are listed as (row, col) counted from (0, 0) at the top-left cell; "
-    "Up lowers the row, Left lowers the column."
-)
 # RAGEN's symbol order, in this library's words.
 SYMBOL_LEGEND = {
     "#": "wall",
@@ -90,7 +82,6 @@ BOX_ON_TARGET_REWARD = 1.0
 BOX_OFF_TARGET_PENALTY = -1.0
 SOLVED_BONUS = 10.0
 
-RENDER_MODES = ("grid", "grid_coord")
 ACTION_LOOKUP = {name.lower(): index for index, name in enumerate(ACTION_NAMES)}
 
 
@@ -98,18 +89,18 @@ def render_coordinates(layout, boxes, player: int) -> str:
     """The coordinate lines of the grid_coord observation."""
     labels = layout.coord_labels
     return (
-        f"Board size: {layout.height} rows x {layout.width} columns\n"
+        f"{board_size_line(layout.height, layout.width)}\n"
         f"Targets: {', '.join(labels[cell] for cell in sorted(layout.targets))}\n"
         f"Boxes: {', '.join(labels[cell] for cell in sorted(boxes))}\n"
         f"Player: {labels[player]}"
     )
 
 
-def render_ragen_coordinates(layout, boxes, player: int) -> str:
-    """The coordinate block of RAGEN's grid_coord layout.
+def ragen_coordinate_lines(layout, boxes, player: int) -> list[str]:
+    """The coordinate lines of RAGEN's grid_coord layout (after its board-size line).
 
-    A board-size line, then one line per non-empty kind in RAGEN's order: every target, the boxes off a target,
-    the boxes on one, and the player (on or off a target); cells in reading order.
+    One line per non-empty kind in RAGEN's order: every target, the boxes off a target, the boxes on one, and the
+    player (on or off a target); cells in reading order.
     """
     labels = layout.coord_labels
     targets = layout.targets
@@ -120,22 +111,13 @@ def render_ragen_coordinates(layout, boxes, player: int) -> str:
         ("Boxes on target", sorted(box for box in boxes if box in targets)),
         (player_label, [player]),
     )
-    lines = [f"Board size: {layout.height} rows x {layout.width} cols (zero-indexed)."]
-    lines += [f"{label}: {', '.join(labels[cell] for cell in cells)}" for label, cells in kinds if cells]
-    return "\n".join(lines)
-
-
-def check_seed(seed: Any) -> int | None:
-    """`seed` as a non-negative int, or None; a `ValueError` for anything else."""
-    if seed is None:
-        return None
-    return require_int("seed", seed, 0, "pass a non-negative integer, or None for a fresh random room")
+    return [f"{label}: {', '.join(labels[cell] for cell in cells)}" for label, cells in kinds if cells]
 
 
 ### env class
 
 
-class SokobanEnv(TextEnv):
+class SokobanEnv(GridEnv):
     """Sokoban with RAGEN's rewards; see the module docstring.
 
     Args:
@@ -155,6 +137,9 @@ class SokobanEnv(TextEnv):
     """
 
     name = "sokoban"
+    action_names = ACTION_NAMES
+    symbols = SYMBOL_LEGEND
+    answer_example = ANSWER_EXAMPLE
 
     def __init__(
         self,
@@ -166,7 +151,7 @@ class SokobanEnv(TextEnv):
         max_search_states: int = 100_000,
         render_mode: str = "grid_coord",
     ) -> None:
-        super().__init__()
+        super().__init__(max_steps=max_steps, render_mode=render_mode)
         if not isinstance(dim_room, (tuple, list)) or len(dim_room) != 2:
             raise ValueError(f"dim_room must be a (height, width) pair, got {dim_room!r}; e.g. dim_room=(6, 6)")
         height = require_int("dim_room[0]", dim_room[0], 3, "rooms need a wall ring around the floor")
@@ -179,39 +164,24 @@ class SokobanEnv(TextEnv):
                 f"{self.num_boxes + 2} (targets, player, one free cell); use a larger room or fewer boxes"
             )
         self.dim_room = (height, width)
-        self.max_steps = require_int("max_steps", max_steps, 1, "the paper uses max_steps=100")
         self.search_depth = require_int("search_depth", search_depth, 1, "the default is search_depth=100")
         self.max_search_states = require_int(
             "max_search_states", max_search_states, 1, "the default is max_search_states=100000"
         )
-        if render_mode not in RENDER_MODES:
-            raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
-        self.render_mode = render_mode
         self._layout = None  # set by reset / load_room
         self._boxes: set[int] = set()
         self._player = -1
         self._boxes_on_target = 0
-        self._num_steps = 0
-        self._done = True  # no episode until reset / load
-        self._solved = False
 
-    @property
-    def instructions(self) -> str:
-        return RULES + (COORDINATE_NOTE if self.render_mode == "grid_coord" else "")
+    def _rules(self) -> str:
+        return RULES
 
-    @property
-    def task_instructions(self) -> str:
-        return TASK + ANSWER_EXAMPLE + (COORDINATES_FIRST_NOTE if self.render_mode == "grid_coord" else "")
-
-    def action_vocabulary(self) -> list[str]:
-        return list(ACTION_NAMES)
-
-    def symbol_legend(self) -> dict[str, str]:
-        return dict(SYMBOL_LEGEND)
+    def _task(self) -> str:
+        return TASK
 
     def reset(self, seed: int | None = None) -> str:
         """Start an episode on a fresh room; the same seed gives the same room (`None` draws from the env's RNG)."""
-        seed = check_seed(seed)
+        seed = check_seed(seed, "room")
         if seed is not None:
             self.seed_rng(seed)
         room = generate_room(
@@ -232,9 +202,7 @@ class SokobanEnv(TextEnv):
         self._boxes = {flat(layout, cell) for cell in room.boxes}
         self._player = flat(layout, room.player)
         self._boxes_on_target = len(self._boxes & layout.targets)
-        self._num_steps = 0
-        self._solved = self._boxes_on_target == len(self._boxes)
-        self._done = self._solved
+        self._start_episode(solved=self._boxes_on_target == len(self._boxes))
         return self.render()
 
     def step(self, action: str) -> StepResult:
@@ -258,22 +226,12 @@ class SokobanEnv(TextEnv):
         elif self._boxes_on_target < on_target_before:
             reward += BOX_OFF_TARGET_PENALTY
         self._player = new_player
-        self._num_steps += 1
         solved = self._boxes_on_target == len(boxes)
         if solved:
             reward += SOLVED_BONUS
-        done = solved or self._num_steps >= self.max_steps
-        self._solved, self._done = solved, done
+        done = self._end_move(solved)
         info = {"success": solved, "action_is_valid": True, "action_is_effective": new_player != player}
         return self.render(), reward, done, info
-
-    def _unusable_step(self) -> StepResult:
-        if self._layout is None:
-            return invalid_step("", "call reset() before step()", action_is_effective=False)
-        if self._done:  # an action after the end changes nothing; the episode stays over
-            return finished_step(self.render(), self._solved, action_is_effective=False)
-        reason = f"not a move; use one of {', '.join(ACTION_NAMES)}"
-        return invalid_step(self.render(), reason, action_is_effective=False)
 
     def render(self) -> str:
         layout = self._layout
@@ -285,13 +243,13 @@ class SokobanEnv(TextEnv):
         return grid + "\n" + render_coordinates(layout, self._boxes, self._player)
 
     def protocol_observation(self, observation: str, protocol: str) -> str:
-        """RAGEN's layout for `protocol="ragen"` in `"grid_coord"` mode: "Coordinates: " and the coordinate block
-        (`render_ragen_coordinates`), then "Grid Map: " and the grid. Otherwise `observation`."""
-        if protocol != "ragen" or self.render_mode != "grid_coord" or self._layout is None:
+        """RAGEN's layout for `protocol="ragen"` in `"grid_coord"` mode (`grid.ragen_layout` with
+        `ragen_coordinate_lines`). Otherwise `observation`."""
+        layout = self._layout
+        if protocol != "ragen" or self.render_mode != "grid_coord" or layout is None:
             return observation
-        coordinates = render_ragen_coordinates(self._layout, self._boxes, self._player)
-        grid = render_grid(self._layout, self._boxes, self._player)
-        return f"Coordinates: \n{coordinates}\nGrid Map: \n{grid}"
+        lines = ragen_coordinate_lines(layout, self._boxes, self._player)
+        return ragen_layout(layout.height, layout.width, lines, render_grid(layout, self._boxes, self._player))
 
     @property
     def room(self) -> SokobanRoom:
@@ -307,16 +265,6 @@ class SokobanEnv(TextEnv):
             boxes=frozenset(unflat(layout, c) for c in self._boxes),
             player=unflat(layout, self._player),
         )
-
-    @property
-    def num_steps(self) -> int:
-        """Valid moves made in this episode."""
-        return self._num_steps
-
-    @property
-    def is_done(self) -> bool:
-        """Whether the episode is over (solved or `max_steps`); True before the first reset."""
-        return self._done
 
 
 ### TRL adapter

@@ -85,7 +85,8 @@ class ToolEnvAdapter:
         """The episode's return: the sum of its step rewards (0.0 until a step pays)."""
         return self.episode_return
 
-    # -- hooks -----------------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # Hooks
 
     def _tool_instructions(self) -> str:
         """The instructions `reset` shows (override when they depend on the configured environment)."""
@@ -99,7 +100,8 @@ class ToolEnvAdapter:
         """The answer to an action the environment used: its new observation unless overridden."""
         return observation
 
-    # -- the step every tool takes ---------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # The step every tool takes
 
     def _act(self, action: Any) -> str:
         """Apply one action (untrusted; non-text is turned into text) and answer; never raises on the action."""

@@ -100,9 +100,8 @@ def submit(env: DeepCoderEnv, program: str, seed: int = 0):
     return reward, info, time.monotonic() - started
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Judging: programs that try to hang, crash or fool the judge
-############################################################
 
 
 def fifo_result(make_env, tmp_dir):
@@ -176,9 +175,8 @@ def backticks(make_env, tmp_dir):
     return took < 2.0, f"three answers in {took:.2f} s"
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Isolation: programs that try to get out
-############################################################
 
 
 def run_program(make_env, program: str, **overrides):

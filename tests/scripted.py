@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections import Counter
 
 from datasets import Dataset
+from trl import GRPOConfig
 
-from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model
 
 
 # amplitude a gives the group rewards [0, a, 0, a]: variances 0, 1/3, 100/3, 0 -> rho = 0.9 keeps only "P2:"
@@ -35,6 +37,20 @@ def tiny_trainer_args(tmp_path, config_cls, **overrides):
     )
     values.update(overrides)
     return config_cls(**values)
+
+
+def scripted_trainer(tmp_path, tokenizer, prompts=AMPLITUDES, trainer_cls=SNRFilteredGRPOTrainer, model=None, **args):
+    """A trainer of `trainer_cls` (an SNR-filtered one, or plain `GRPOTrainer`) on the tiny model, with scripted
+    generation and the parity reward; `args` override `tiny_trainer_args`."""
+    config_cls = SNRFilteredGRPOConfig if trainer_cls is SNRFilteredGRPOTrainer else GRPOConfig
+    trainer = trainer_cls(
+        model=model if model is not None else make_tiny_model(tokenizer, seed=0),
+        reward_funcs=parity_reward_for(AMPLITUDES),
+        args=tiny_trainer_args(tmp_path, config_cls, **args),
+        train_dataset=dataset(prompts),
+        processing_class=tokenizer,
+    )
+    return script_generation(trainer)
 
 
 def dataset(prompts):

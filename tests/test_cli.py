@@ -9,7 +9,7 @@ import pytest
 
 from trl_ragen2 import cli, plots
 
-from .test_plots import REGIME_POINTS, make_history, write_state
+from .run_histories import REGIME_POINTS, make_history, write_state
 
 
 @pytest.fixture

@@ -323,11 +323,6 @@ def test_strict_rule_malformed_answer_is_invalid_and_keeps_state():
     assert env.step(env.problem.solution)[1] == 1.0  # the episode was still open
 
 
-def test_step_before_reset_is_a_programming_error():
-    with pytest.raises(RuntimeError, match="reset"):
-        CountdownEnv().step("1 + 2")
-
-
 def test_constructor_validation():
     with pytest.raises(ValueError, match="reward_rule must be one of \\('ragen', 'strict'\\), got 'exact'"):
         CountdownEnv(reward_rule="exact")
@@ -397,6 +392,11 @@ def test_loader_plus_minus_filter_and_limit(tmp_path):
     kept = load_problems(path, plus_minus_only=True)
     assert [p.target for p in kept] == [4, 98]  # 24 from [8, 3, 8, 3] needs * or /
     assert [p.target for p in load_problems(path, max_problems=1)] == [4]
+    only_24 = _write(tmp_path, ".json", [RECORDS[1]])
+    with pytest.raises(
+        ValueError, match="none of its 1 Countdown problems is left after the filter plus_minus_solvable"
+    ):
+        load_problems(only_24, plus_minus_only=True)
 
 
 @pytest.mark.parametrize(

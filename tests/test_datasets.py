@@ -3,6 +3,7 @@
 import importlib.util
 import itertools
 import json
+import os
 
 import pytest
 
@@ -17,6 +18,7 @@ from trl_ragen2_envs.datasets import (
     read_records,
     split_seed,
 )
+from trl_ragen2_envs.problem_files import load_problem_file
 from trl_ragen2_envs.prompts import initial_messages
 
 
@@ -150,3 +152,40 @@ def test_read_records_errors(tmp_path):
     empty.write_text("\n")
     with pytest.raises(ValueError, match="holds no"):
         read_records(empty)
+
+
+def _squared(record, *, where):
+    if not isinstance(record.get("x"), int):
+        raise ValueError(f"{where}: field 'x' must be an integer")
+    return record["x"] ** 2
+
+
+def _even(value):
+    return value % 2 == 0
+
+
+def test_load_problem_file_parses_limits_filters_and_caches_per_file_version(tmp_path):
+    path = tmp_path / "numbers.jsonl"
+    path.write_text("\n".join(json.dumps({"x": x}) for x in (1, 2, 3, 4)))
+    load = {"what": "numbers", "expected": "a numbers file"}
+    problems = load_problem_file(path, _squared, **load)
+    assert problems == (1, 4, 9, 16)
+    assert load_problem_file(str(path), _squared, **load) is problems  # one parsed copy per file version
+    assert load_problem_file(path, _squared, max_records=3, keep=_even, **load) == (4,)  # limit, then filter
+    path.write_text(json.dumps({"x": 5}))
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a new version, even on a coarse clock
+    assert load_problem_file(path, _squared, **load) == (25,)
+
+
+def test_load_problem_file_errors_name_the_file_and_record(tmp_path):
+    load = {"what": "numbers", "expected": "a numbers file"}
+    with pytest.raises(FileNotFoundError, match=r"data_path='missing.jsonl' does not exist; pass a numbers file"):
+        load_problem_file("missing.jsonl", _squared, **load)
+    path = tmp_path / "numbers.jsonl"
+    path.write_text('{"x": 1}\n{"x": "two"}\n')
+    with pytest.raises(ValueError, match=rf"{path}: record 1: field 'x' must be an integer"):
+        load_problem_file(path, _squared, **load)
+    path.write_text('{"x": 1}\n{"x": 3}\n')
+    with pytest.raises(ValueError, match=r"none of its 2 numbers is left after the filter _even"):
+        load_problem_file(path, _squared, keep=_even, **load)

@@ -67,9 +67,8 @@ def quick_env(**config):
     return DeepCoderEnv(num_tests=4, timeout_s=2.0, **config)
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Procedural problems
-############################################################
 
 
 def test_reference_programs_agree_with_generated_outputs_in_process():
@@ -197,9 +196,8 @@ def test_rollout_episodes_report_the_isolation_level(tiny_tokenizer, use_bubblew
     assert mode != "bubblewrap" or use_bubblewrap == "auto"
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Sandbox limits
-############################################################
 
 
 def test_infinite_loop_is_killed_at_the_timeout(sandbox):
@@ -329,9 +327,8 @@ def test_each_execution_runs_as_a_fresh_unprivileged_uid():
     assert as_root.isolation.python == sys.executable and as_root.run("print(1)").stdout == "1\n"
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Judging
-############################################################
 
 
 def test_output_and_value_comparison():
@@ -390,9 +387,8 @@ def test_assemble_program_accepts_full_functions_and_bodies():
     assert "null bytes" in syntax_error("x = 1\x00")  # a raw one is not, and ast.parse's error is reported
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Problem files
-############################################################
 
 HUMANEVAL_RECORDS = [
     {
@@ -477,9 +473,8 @@ def test_deepcoder_loader_names_the_bad_field(tmp_path):
         load_deepcoder(path)
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # TRL adapter
-############################################################
 
 
 def test_tool_env_schema_and_episode():

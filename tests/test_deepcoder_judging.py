@@ -35,9 +35,8 @@ def sandbox():
     return Sandbox(timeout_s=2.0)
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Plain values and replies (pure)
-############################################################
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5)
 hashables = st.recursive(
@@ -118,9 +117,8 @@ def test_candidate_exceptions_are_rebuilt_as_built_in_ones_only():
         assert type(error) is CandidateError and error.type_name == name  # never a BaseException escaping tests
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Sessions and assertion tests
-############################################################
 
 
 def test_a_session_returns_plain_values_built_here(sandbox):
@@ -191,9 +189,8 @@ def test_humaneval_tests_never_run_in_the_candidates_process(sandbox):
     assert run_tests(sandbox, program, tests)[0].passed  # it found no trace of the test
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Code extraction
-############################################################
 
 # the previous extraction regex: the reference the linear scan must agree with on every input
 OLD_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.\-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -222,9 +219,8 @@ def test_the_answer_length_is_checked_before_any_extraction(monkeypatch):
         DeepCoderEnv(max_answer_chars=0)
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # HumanEval's canonical solutions
-############################################################
 
 # problems whose tests use tuples, floats, dicts, helpers of the prompt, `random`, hashlib and nested lists
 COVERING = ("HumanEval/0", "HumanEval/2", "HumanEval/8", "HumanEval/32", "HumanEval/38", "HumanEval/50",
@@ -253,9 +249,8 @@ def test_canonical_solutions_pass_every_bundled_problem(sandbox):
     assert canonical_failures(sandbox, load_humaneval()) == []
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Deliberate differences from RAGEN's judge
-############################################################
 
 
 def test_a_program_printing_ragens_result_line_earns_nothing(tmp_path):

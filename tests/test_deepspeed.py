@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 
-from .test_distributed import torchrun
+from .torchrun import torchrun
 
 
 pytestmark = [

@@ -282,7 +282,8 @@ def test_state_round_trip(tmp_path):
     assert not MIDiagnostics().load(tmp_path / "missing")
 
 
-# ---------------------------------------------------------------------------------------------- plain GRPOTrainer
+# ---------------------------------------------------------------------------------------------------------------
+# Plain GRPOTrainer
 
 
 def grpo_trainer(tokenizer, output_dir, max_steps, seed=0):

@@ -2,31 +2,15 @@
 
 import json
 import math
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-WORKER = Path(__file__).parent / "distributed" / "mi_diagnostics_worker.py"
+from .torchrun import torchrun
 
 
 @pytest.mark.distributed
 def test_two_processes_log_identical_values_and_never_hang(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-               "--master_port", str(free_port()), str(WORKER), str(tmp_path)]  # fmt: skip
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, f"torchrun failed:\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}"
+    torchrun("mi_diagnostics_worker.py", str(tmp_path))
     rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert rank0["global_step"] == rank1["global_step"] == 3
     for step in ("1", "2", "3"):

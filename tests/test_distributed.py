@@ -1,30 +1,10 @@
 """Multi-process logic on CPU: two processes launched with torchrun (gloo backend)."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-
-WORKERS = Path(__file__).parent / "distributed"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def torchrun(script: str, *args: str, timeout: float = 300, nproc: int = 2, env: dict | None = None) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1", **(env or {})}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
-               str(free_port()), str(WORKERS / script), *args]  # fmt: skip
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, f"torchrun failed:\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}"
+from .torchrun import torchrun
 
 
 @pytest.mark.distributed

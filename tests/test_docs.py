@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from trl_ragen2.run_logs import MI_SCOPES
+
 from .webshop_data import DATA_DIR, HAS_1K_CATALOGUE
 
 
@@ -33,7 +35,6 @@ HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 BACKTICKED = re.compile(r"`([^`\n]+)`")
 PLACEHOLDER = re.compile(r"\{[^{}]*\}|<[^<>/]*>")
 KEY_LITERAL = re.compile(r"""f?(["'])((?:eval_)?ragen2/[^"'\n]*)\1""")
-SCOPES = ("first_turn", "trajectory")
 
 
 def markdown_files() -> list[Path]:
@@ -68,7 +69,6 @@ def backticked(path: Path) -> set[str]:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Links
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def test_docs_exist():
@@ -104,7 +104,6 @@ def test_index_links_every_page():
 
 # ---------------------------------------------------------------------------------------------------------------
 # Metric keys
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def documented_keys() -> set[str]:
@@ -120,7 +119,7 @@ def normalize(key: str) -> str:
     if len(parts) >= 3 and parts[0] in ("ragen2", "eval_ragen2"):
         if parts[1] == "env" and parts[2] in ENVIRONMENTS:
             parts[2] = "<env>"
-        if parts[1] == "mi" and parts[2] in SCOPES:
+        if parts[1] == "mi" and parts[2] in MI_SCOPES:
             parts[2] = "<scope>"
         if parts[1] == "grad" and re.fullmatch(r"bucket_\d+", parts[2]):
             parts[2] = "bucket_<i>"
@@ -151,7 +150,7 @@ def expected_keys() -> set[str]:
     import torch
 
     from trl_ragen2.agent_rollout import aggregate_env_metrics
-    from trl_ragen2.collapse_detector import ALARM_KEYS
+    from trl_ragen2.collapse_detector import ALARM_KEYS, ALARM_PREFIX
     from trl_ragen2.diagnostics import MIDiagnostics
     from trl_ragen2.filtering import filter_stats
     from trl_ragen2.grad_report import BUCKET_KEYS
@@ -166,7 +165,7 @@ def expected_keys() -> set[str]:
     keys |= {f"ragen2/env/{name}/{key}" for name in ENVIRONMENTS for key in get_env_class(name).episode_metric_keys}
     keys |= {key for key in source_templates() if not PLACEHOLDER.search(key)}
     keys |= {f"ragen2/text/{key}" for key in TEXT_KEYS}
-    keys |= {f"ragen2/alarm/{key}" for key in ALARM_KEYS}
+    keys |= {ALARM_PREFIX + key for key in ALARM_KEYS}
     keys |= {f"ragen2/grad/bucket_<i>/{key}" for key in BUCKET_KEYS} | {"ragen2/grad/time_s"}
     return keys
 
@@ -267,7 +266,6 @@ def test_training_and_evaluation_step_logs_only_documented_keys(tmp_path, tiny_t
 
 # ---------------------------------------------------------------------------------------------------------------
 # Config fields
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def own_fields(cls) -> list[dataclasses.Field]:
@@ -339,7 +337,6 @@ def test_documented_defaults_match_the_code():
 
 # ---------------------------------------------------------------------------------------------------------------
 # Environment cards
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def env_names() -> list[str]:
@@ -409,7 +406,6 @@ def test_card_example_is_what_the_environment_shows(name):
 
 # ---------------------------------------------------------------------------------------------------------------
 # "Differences from RAGEN" tables
-# ---------------------------------------------------------------------------------------------------------------
 
 TEST_REFERENCE = re.compile(r"`((?:tests/)?test_\w+\.py)?::([\w:]+)(?:\[[^\]`]*\])?`")
 CARDS_WITH_DIFFERENCE_TABLES = ("sokoban", "frozen_lake", "webshop", "searchqa", "deepcoder")

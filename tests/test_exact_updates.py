@@ -234,7 +234,6 @@ def rewarded_group(rewarded):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Positions: the loss sees the columns the old and reference log-probabilities were computed on
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def absolute_position_model(tokenizer):
@@ -281,7 +280,6 @@ def test_loss_log_probs_match_the_old_log_probs_when_the_longest_prompt_is_filte
 
 # ---------------------------------------------------------------------------------------------------------------
 # Metrics: TRL's per-row statistics come from the kept rows only
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def test_trl_metrics_come_from_kept_rows_only(tmp_path, tiny_tokenizer):
@@ -315,7 +313,6 @@ def test_an_empty_generation_logs_no_trl_row_metrics(tmp_path, tiny_tokenizer):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Scoring passes skip the rows the filter drops, when the rollout already returned the rewards
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def scripted_rollout(amplitudes):

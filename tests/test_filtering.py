@@ -17,7 +17,6 @@ def mask(*bits):
 
 # ---------------------------------------------------------------------------------------------------------------
 # group_reward_scores
-# ---------------------------------------------------------------------------------------------------------------
 
 
 class TestGroupRewardScores:
@@ -89,13 +88,13 @@ class TestGroupRewardScores:
 #   top_k (float) k = int(top_k * P); top_k_abs (our int top_k) k = top_k; then k = max(1, min(k, candidates)).
 #   min_p: keep s >= max * p - 1e-10, or for keep-smallest s <= min / (p + 1e-10) + 1e-10.
 # Ties: this library takes the lower group index first (RAGEN's order among equal keys is torch's).
-# ---------------------------------------------------------------------------------------------------------------
 
 S4 = [1.0, 6.0, 0.0, 3.0]  # group 2 has zero variance
 S8 = [0.5, 4.0, 0.0, 2.0, 1.0, 3.0, 0.0, 0.2]  # P = 8, six candidates without zeros
 
 SELECTION_CASES = [
-    # --- top_p, linear, keep largest ---------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # top_p, linear, keep largest
     # candidates {0,1,3}, sum 10, T = 9: 6 (mass 6 < 9), +3 -> 9 >= 9
     (S4, dict(top_p=0.9), {1, 3}),
     # T = 9.5: 6, 3 give 9 < 9.5, +1 -> 10
@@ -118,7 +117,8 @@ SELECTION_CASES = [
     ([2.0, 5.0, 2.0, 2.0], dict(top_p=0.8), {0, 1, 2}),
     # negative scores are candidates (|s| > 1e-10): sum 3, T = 2.7; 3 alone reaches it
     ([3.0, -1.0, 1.0], dict(top_p=0.9), {0}),
-    # --- top_p, linear, keep smallest ------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # top_p, linear, keep smallest
     # ascending 1, 3, 6 with T = 0.5 * 10 = 5: 1, 4, then 10
     ([6.0, 1.0, 3.0, 0.0], dict(top_p=0.5, largest=False), {0, 1, 2}),
     # with the zero group the ascending walk meets 0 first and stops at mass 0 < 5: nothing
@@ -127,7 +127,8 @@ SELECTION_CASES = [
     ([3.0, -1.0, 1.0], dict(top_p=0.5, largest=False), set()),
     # ascending 1, 3 with T = 0.3 * 10 = 3: 1 < 3, 1 + 3 = 4
     ([6.0, 1.0, 3.0], dict(top_p=0.3, largest=False), {1, 2}),
-    # --- top_p, softmax --------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # top_p, softmax
     # softmax([1, 3, 2]) = [0.090, 0.665, 0.245]; ranked 0.665 (g1), 0.245 (g2), 0.090 (g0)
     ([1.0, 3.0, 2.0], dict(top_p=0.5, top_p_mode="softmax"), {1}),  # 0.665 >= 0.5
     ([1.0, 3.0, 2.0], dict(top_p=0.9, top_p_mode="softmax"), {1, 2}),  # 0.910 >= 0.9
@@ -138,7 +139,8 @@ SELECTION_CASES = [
     # 8 zero groups with include_zero: uniform 1/8, the cumulative 7/8 < 0.9, so all 8
     ([0.0] * 8, dict(top_p=0.9, top_p_mode="softmax", include_zero=True), set(range(8))),
     ([0.0] * 8, dict(top_p=0.9, top_p_mode="softmax"), set()),  # no candidate at all
-    # --- top_k: an int is a count, a float in (0, 1] a fraction of all P = 8 groups --------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # top_k: an int is a count, a float in (0, 1] a fraction of all P = 8 groups
     (S8, dict(strategy="top_k", top_k=0.25), {1, 5}),  # int(0.25 * 8) = 2: scores 4 and 3
     (S8, dict(strategy="top_k", top_k=0.5), {1, 3, 4, 5}),  # int(0.5 * 8) = 4 of the 6 candidates
     (S8, dict(strategy="top_k", top_k=3), {1, 3, 5}),  # a count of 3: 4, 3, 2
@@ -159,7 +161,8 @@ SELECTION_CASES = [
     ([2.0, 5.0, 2.0, 2.0], dict(strategy="top_k", top_k=2, largest=False), {0, 2}),  # the first two tied 2s
     ([0.0, 0.0], dict(strategy="top_k", top_k=1), set()),  # no candidate: the "at least one" does not apply
     ([-0.5, 1.0, 0.0], dict(strategy="top_k", top_k=2), {0, 1}),  # |-0.5| > 1e-10: a candidate
-    # --- min_p ------------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # min_p
     ([0.5, 4.0, 0.0, 2.0, 1.0], dict(strategy="min_p", min_p=0.25), {1, 3, 4}),  # s >= 4 * 0.25 - 1e-10
     ([0.5, 4.0, 0.0, 2.0, 1.0], dict(strategy="min_p", min_p=0.0), {0, 1, 3, 4}),  # s >= -1e-10: all candidates
     ([0.5, 4.0, 0.0, 2.0, 1.0], dict(strategy="min_p", min_p=0.0, include_zero=True), {0, 1, 2, 3, 4}),
@@ -171,7 +174,8 @@ SELECTION_CASES = [
     ([0.5, 4.0, 2.0, 1.0], dict(strategy="min_p", min_p=0.0, largest=False), {0, 1, 2, 3}),  # min / 1e-10: all
     # a zero minimum (include_zero) gives the threshold 1e-10: only the zero group
     ([0.5, 0.0, 2.0], dict(strategy="min_p", min_p=0.5, largest=False, include_zero=True), {1}),
-    # --- zero-variance groups ---------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # Zero-variance groups
     ([ZERO_SCORE_TOL, 1.0], dict(top_p=1.0), {1}),  # |s| <= 1e-10 is zero
     ([0.0, 0.0, 0.0], dict(strategy="min_p", min_p=0.5), set()),
 ]
@@ -242,7 +246,6 @@ def test_invalid_scores():
 
 # ---------------------------------------------------------------------------------------------------------------
 # select_groups against an independent re-derivation of RAGEN's rule
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def f32(value) -> np.float32:
@@ -329,7 +332,6 @@ def test_selection_equals_the_re_derived_ragen_rule(scores, rule, mode, include_
 
 # ---------------------------------------------------------------------------------------------------------------
 # filter_stats
-# ---------------------------------------------------------------------------------------------------------------
 
 
 class TestFilterStats:

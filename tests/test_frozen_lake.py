@@ -284,11 +284,6 @@ def test_non_text_actions_are_no_ops(action):
     assert (observation, reward, done, info["action_is_valid"]) == (before, 0.0, False, False)
 
 
-def test_step_before_reset_does_not_raise():
-    _, reward, done, info = FrozenLakeEnv().step("Left")
-    assert reward == 0.0 and not done and not info["action_is_valid"]
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # TRL adapter
 

@@ -12,7 +12,7 @@ from trl_ragen2.tiny import make_tiny_model
 
 from .exactness import concat_micro_batches, reference_gradient
 from .scripted import dataset, parity_reward_for, tiny_trainer_args
-from .test_distributed import torchrun
+from .torchrun import torchrun
 
 
 @pytest.mark.distributed

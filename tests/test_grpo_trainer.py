@@ -1,5 +1,6 @@
 """SNRFilteredGRPOTrainer on the tiny offline model: which rows train, exact loss, empty steps, resume, options."""
 
+import dataclasses
 import json
 import logging
 import math
@@ -9,7 +10,8 @@ import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+from trl_ragen2 import MIDiagnosticsConfig, SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+from trl_ragen2.grpo_config import MI_CONFIG_FIELDS, MIDiagnosticsArguments
 from trl_ragen2.tiny import make_tiny_model, tiny_model_path
 
 from .scripted import (
@@ -18,6 +20,7 @@ from .scripted import (
     parity_reward_for,
     record_loss_rows,
     script_generation,
+    scripted_trainer,
     snapshot,
     tiny_trainer_args,
 )
@@ -30,18 +33,6 @@ def make_args(tmp_path, cls=SNRFilteredGRPOConfig, **overrides):
 def assert_same_params(a, b, atol=0.0):
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=atol, rtol=0, msg=name)
-
-
-def scripted_trainer(tmp_path, tokenizer, prompts=AMPLITUDES, trainer_cls=SNRFilteredGRPOTrainer, model=None, **args):
-    config_cls = SNRFilteredGRPOConfig if trainer_cls is SNRFilteredGRPOTrainer else GRPOConfig
-    trainer = trainer_cls(
-        model=model if model is not None else make_tiny_model(tokenizer, seed=0),
-        reward_funcs=parity_reward_for(AMPLITUDES),
-        args=make_args(tmp_path, config_cls, **args),
-        train_dataset=dataset(prompts),
-        processing_class=tokenizer,
-    )
-    return script_generation(trainer)
 
 
 def test_only_the_kept_groups_reach_the_loss(tmp_path, tiny_tokenizer):
@@ -202,10 +193,21 @@ def test_mi_diagnostics_run_on_the_pre_filter_batch_and_resume(tmp_path, tiny_to
 
 
 def test_mi_config_errors_name_the_trainer_field(tmp_path):
-    with pytest.raises(ValueError, match="mi_every_n_steps=0 is invalid"):
+    # every MIDiagnosticsConfig setting but ks and seed comes from one mi_* field, whose name its errors carry
+    assert set(MI_CONFIG_FIELDS) == {f.name for f in dataclasses.fields(MIDiagnosticsConfig)} - {"ks", "seed"}
+    assert sorted(MI_CONFIG_FIELDS.values()) == sorted(f.name for f in dataclasses.fields(MIDiagnosticsArguments))
+    with pytest.raises(ValueError, match=r"^mi_every_n_steps=0 is invalid; use an integer >= 1"):
         make_args(tmp_path, mi_every_n_steps=0)
-    with pytest.raises(ValueError, match="mi_scopes"):
+    with pytest.raises(ValueError, match=r"^mi_scopes=\('everything',\) is invalid; .*, or set mi_diagnostics=False$"):
         make_args(tmp_path, mi_scopes=["everything"])
+    with pytest.raises(ValueError, match=r"^mi_ema_alpha=1.0 is invalid"):
+        make_args(tmp_path, mi_ema_alpha=1.0)
+    with pytest.raises(ValueError, match=r"^MIDiagnosticsConfig.every_n_steps=0 is invalid"):
+        MIDiagnosticsConfig(every_n_steps=0)  # built directly, it names its own field
+    config = make_args(
+        tmp_path, mi_every_n_steps=3, mi_scopes=["trajectory"], mi_ema_alpha=0.5
+    ).mi_diagnostics_config()
+    assert (config.every_n_steps, config.scopes, config.ema_alpha, config.seed) == (3, ("trajectory",), 0.5, 7)
 
 
 def test_model_card_carries_tags_and_citation(tmp_path, tiny_tokenizer):

@@ -10,8 +10,8 @@ from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
 from trl_ragen2.tiny import make_tiny_model
 
 from .exactness import assert_same_gradient, record_gradients
+from .ppo_helpers import ppo_trainer, record_critic_rows
 from .scripted import AMPLITUDES, dataset, parity_reward_for, record_loss_rows, script_generation, tiny_trainer_args
-from .test_ppo_trainer import ppo_trainer, record_critic_rows
 
 
 PROMPTS = list(AMPLITUDES)  # P0: .. P3:, one group each per step

@@ -242,11 +242,6 @@ def test_step_never_raises(action, reward_rule):
         assert (observation, reward, done, env.attempt, env.render()) == (question, 0.0, False, 0, question)
 
 
-def test_step_before_reset_is_a_programming_error():
-    with pytest.raises(RuntimeError, match="reset"):
-        MetaMathQAEnv().step("1")
-
-
 def test_constructor_validation():
     with pytest.raises(ValueError, match="max_attempts"):
         MetaMathQAEnv(max_attempts=0)

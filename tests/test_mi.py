@@ -8,9 +8,11 @@ import torch
 from trl_ragen2.mi import (
     COMPRESSED_REASONING,
     DIVERSE_REASONING,
+    EMA_KEYS,
     LOW_ENTROPY_COLLAPSE,
     TEMPLATE_COLLAPSE,
     MIZScoreEMA,
+    mi_metric_keys,
     mi_metrics,
     reasoning_regime,
 )
@@ -209,3 +211,12 @@ def test_regime_thresholds_are_overridable():
     assert reasoning_regime(1.0, 2.0, entropy_threshold=3.0) == COMPRESSED_REASONING
     with pytest.raises(ValueError, match="mi must be a number"):
         reasoning_regime(math.nan, 1.0)
+
+
+@pytest.mark.parametrize("ks", [(2, 4, 8), (1, 3), (2, 2, 5), ()])
+def test_mi_metric_keys_are_what_mi_metrics_and_the_ema_return(ks):
+    logp = torch.tensor([[-1.0, -2.0, -3.0], [-2.0, -1.0, -3.0], [-3.0, -2.0, -1.5]])
+    metrics = mi_metrics(logp, torch.tensor([2.0, 3.0, 4.0]), torch.arange(3), ks=ks)
+    assert tuple(metrics) == mi_metric_keys(ks)
+    assert tuple(MIZScoreEMA().update(metrics)) == EMA_KEYS
+    assert tuple(MIZScoreEMA().update({**metrics, "marginal_std": math.nan})) == EMA_KEYS  # a scope that failed

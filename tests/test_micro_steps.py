@@ -18,7 +18,6 @@ from trl_ragen2.micro_steps import (
 
 # ---------------------------------------------------------------------------------------------------------------
 # Layout: kept rows fill optimizer steps in order
-# ---------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -89,7 +88,6 @@ def test_plan_several_iterations_reuse_the_chunks():
 
 # ---------------------------------------------------------------------------------------------------------------
 # Normalisation factors: TRL's micro-batch normaliser -> the unit's, after the DDP mean over processes
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def step(unit_rows=4, unit_tokens=20, weight=1.0, rows=2, real_rows=2, global_real_rows=4):
@@ -136,7 +134,6 @@ def test_loss_factors_scale_with_the_unit_weight_and_vanish_without_kept_rows():
 
 # ---------------------------------------------------------------------------------------------------------------
 # Metrics over the kept rows
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def test_metrics_of_a_micro_step_without_kept_rows_are_dropped():
@@ -170,7 +167,6 @@ def test_sequence_level_means_leave_out_placeholders():
 
 # ---------------------------------------------------------------------------------------------------------------
 # Advantages over the kept rows: TRL's own formulas (checked against TRL's nanstd on the same rows)
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def test_kept_row_advantages_follow_trl_formulas():

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from trl_ragen2.mi import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_MI_THRESHOLD, REGIMES, reasoning_regime
+from trl_ragen2.panels import PANELS, Panel, Series
 from trl_ragen2.plots import (
     MissingMetricsError,
     classify_run,
@@ -19,38 +20,7 @@ from trl_ragen2.plots import (
 from trl_ragen2.run_logs import RunLogsNotFoundError, env_names, load_run_logs, metric_series, read_log_file
 from trl_ragen2.tracking import MetricsJSONLCallback
 
-
-MI = "ragen2/mi/trajectory"
-# One diagnostic point per regime (x = H(Z|X), y = MI-Est), against the default thresholds 0.5 / 0.05.
-REGIME_POINTS = {
-    1: (1.2, 0.30, "diverse reasoning"),
-    5: (1.0, 0.01, "template collapse"),
-    10: (0.2, 0.20, "compressed reasoning"),
-    15: (0.1, 0.00, "low-entropy collapse"),
-}
-
-
-def make_history():
-    """Train logs for steps 1..20 with gaps (None, NaN, missing keys), eval logs at 10 and 20, MI every 5 steps."""
-    history = []
-    for step in range(1, 21):
-        record = {"step": step, "loss": 0.5, "reward": step / 10, "reward_std": 0.1, "step_time": 2.0 + step}
-        record["ragen2/filter/kept_fraction"] = None if step == 3 else (math.nan if step == 4 else 1.0 - step / 40)
-        if step != 7:
-            record["ragen2/env/sokoban/success_rate"] = step / 100
-        if step in REGIME_POINTS:
-            entropy, mi, _ = REGIME_POINTS[step]
-            record.update({f"{MI}/cond_entropy": entropy, f"{MI}/mi_est": mi, f"{MI}/retrieval_acc": 0.5})
-        history.append(record)
-        if step % 10 == 0:
-            history.append({"step": step, "eval_reward": step / 20, "eval_ragen2/env/sokoban/success_rate": 0.3})
-    return history
-
-
-def write_state(path, history):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "trainer_state.json").write_text(json.dumps({"global_step": history[-1]["step"], "log_history": history}))
-    return path
+from .run_histories import MI, REGIME_POINTS, make_history, write_state
 
 
 def panel(figure, title):
@@ -99,6 +69,30 @@ def test_training_curves_plot_exactly_the_logged_values():
     assert eval_line.get_linestyle() == "--" and eval_line.get_label() == "validation"
     assert line(panel(figure, "MI-Est"), f"{MI}/mi_est") == (sorted(REGIME_POINTS), [0.30, 0.01, 0.20, 0.00])
     assert line(panel(figure, "Entropy"), f"{MI}/cond_entropy")[1] == [1.2, 1.0, 0.2, 0.1]
+
+
+def test_a_series_with_a_std_key_is_shaded_one_std_around_it_in_any_panel():
+    history = [{"step": 1, "reward": 0.5, "reward_std": 0.25}, {"step": 2, "reward": 1.0}, {"step": 3, "reward": 0.0,
+               "reward_std": 0.5}]  # fmt: skip
+    (band,) = panel(plot_training_curves(history), "Reward").collections
+    assert band.get_label() == "reward ± std"
+    corners = {tuple(vertex) for vertex in band.get_paths()[0].vertices.tolist()}
+    assert corners == {(1.0, 0.25), (1.0, 0.75), (3.0, -0.5), (3.0, 0.5)}  # mean ± std at steps 1 and 3 (2: no std)
+    custom = Panel("Return", "return", "ret", lambda keys: [Series("ret", "return", std_key="ret_std")])
+    renamed = [{"step": 1, "ret": 2.0, "ret_std": 1.0}, {"step": 2, "ret": 3.0, "ret_std": 1.0}]
+    (band,) = plot_training_curves(renamed, panels=(custom,)).axes[0].collections  # keyed on the series, not a title
+    assert band.get_label() == "ret ± std"
+
+
+def test_alarm_marks_are_drawn_on_the_panels_that_ask_for_them_whatever_their_title():
+    history = [{"step": step, "ret": 1.0, "ragen2/alarm/fired": float(step == 2)} for step in (1, 2, 3)]
+    marked = Panel("Return", "return", "ret", lambda keys: [Series("ret", "return")], marks_alarms=True)
+    plain = Panel("MI-Est", "nats/token", "ret", lambda keys: [Series("ret", "return")])  # a marked panel's title
+    marked_ax, plain_ax = plot_training_curves(history, panels=(marked, plain)).axes
+    marks = [ln for ln in marked_ax.get_lines() if ln.get_gid() == "collapse-alarm"]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [2, 2]
+    assert [ln.get_gid() for ln in plain_ax.get_lines()] == ["ret"]
+    assert {p.title for p in PANELS if p.marks_alarms} == {"Retrieval accuracy", "MI-Est", "MI-ZScore", "Entropy"}
 
 
 def test_pooled_env_and_ppo_panels_appear_only_when_they_add_something():

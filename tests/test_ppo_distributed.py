@@ -5,7 +5,7 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from .test_distributed import torchrun
+from .torchrun import torchrun
 
 
 @pytest.mark.distributed

@@ -14,49 +14,12 @@ from trl_ragen2.ppo_config import SNRFilteredPPOConfig
 from trl_ragen2.ppo_trainer import SNRFilteredPPOTrainer
 from trl_ragen2.tiny import make_tiny_model, tiny_model_path
 
-from .scripted import (
-    AMPLITUDES,
-    dataset,
-    parity_reward_for,
-    record_loss_rows,
-    script_generation,
-    snapshot,
-    tiny_trainer_args,
-)
-
-
-def make_args(tmp_path, **overrides):
-    return tiny_trainer_args(tmp_path, SNRFilteredPPOConfig, **{"critic_learning_rate": 1e-2, **overrides})
+from .ppo_helpers import make_args, ppo_trainer, record_critic_rows
+from .scripted import AMPLITUDES, dataset, parity_reward_for, record_loss_rows, script_generation, snapshot
 
 
 def changed(before, module):
     return [name for name, param in module.named_parameters() if not torch.equal(before[name], param)]
-
-
-def ppo_trainer(tmp_path, tokenizer, prompts=AMPLITUDES, reward=None, model=None, scripted=True, **args):
-    trainer = SNRFilteredPPOTrainer(
-        model=model if model is not None else make_tiny_model(tokenizer, seed=0),
-        reward_funcs=reward or parity_reward_for(AMPLITUDES),
-        args=make_args(tmp_path, **args),
-        train_dataset=dataset(prompts),
-        processing_class=tokenizer,
-    )
-    return script_generation(trainer) if scripted else trainer
-
-
-def record_critic_rows(trainer):
-    """Wrap the critic update to record, per micro-batch, the decoded prompts of the rows carrying critic loss."""
-    calls: list[list[str]] = []
-    original = trainer._critic_training_step
-
-    def critic_step(batch):
-        mask = batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
-        rows = (mask * batch["rollout_scored"].unsqueeze(1)).sum(dim=1) > 0
-        calls.append(trainer.processing_class.batch_decode(batch["prompt_ids"][rows], skip_special_tokens=True))
-        return original(batch)
-
-    trainer._critic_training_step = critic_step
-    return calls
 
 
 def test_filtered_ppo_trains_actor_and_critic_on_the_kept_groups_only(tmp_path, tiny_tokenizer):
@@ -423,6 +386,27 @@ def test_trainer_argument_errors(tmp_path, tiny_tokenizer, kwargs, error, messag
 def test_config_validation(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         make_args(tmp_path, **overrides)
+
+
+@pytest.mark.parametrize(
+    "layout, group_size",
+    [
+        ({"per_device_train_batch_size": 4}, 2),
+        ({"per_device_train_batch_size": 3, "gradient_accumulation_steps": 2}, 3),
+        ({"per_device_train_batch_size": 2, "steps_per_generation": 3}, 2),
+        ({"per_device_train_batch_size": 2, "generation_batch_size": 8}, 4),
+        ({"per_device_train_batch_size": 4, "per_device_eval_batch_size": 3, "eval_strategy": "steps"}, 2),
+    ],
+)
+def test_one_rollout_config_equals_the_grouped_one(tmp_path, layout, group_size):
+    """With `num_generations=1`, GRPOConfig's checks run with another group size; every field they derive must be
+    the one a grouped config gets (a TRL release that derives something from `num_generations` fails here)."""
+    layout = {"reward_variance_filtering": None, "eval_steps": 1, **layout}
+    one = make_args(tmp_path, num_generations=1, **layout)
+    grouped = make_args(tmp_path, num_generations=group_size, num_generations_eval=1, **layout)
+    assert (one.num_generations, one.num_generations_eval) == (1, None)
+    differing = {key for key, value in one.to_dict().items() if grouped.to_dict()[key] != value}
+    assert differing == {"num_generations", "num_generations_eval"}
 
 
 def test_config_defaults_follow_the_paper(tmp_path, caplog):

@@ -86,7 +86,7 @@ def test_seed_zero_room_is_the_one_worked_out_here():
     assert make_env("sokoban", render_mode="grid").reset(seed=0) == SEED0_GRID
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # User turns
 
 
@@ -166,7 +166,7 @@ def test_a_push_off_a_target_then_a_move_prints_the_float_sum(tiny_tokenizer, fi
     assert user_turns(default)[1].startswith("Reward:\n-1.2\n")
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Penalties
 
 # (room, actions per episode, reply, the turn's reward, actions left after it, the player's cell or "solved"),
@@ -247,7 +247,7 @@ def test_stray_tokens_of_each_protocol():
     assert parse_response(reply, max_actions=2).actions == ["Up", "Down"]
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Deliberate differences: the token ids are the ones the model generated and saw
 
 
@@ -271,7 +271,7 @@ def test_the_warning_stays_in_the_trained_tokens(tiny_tokenizer):
     assert WARNING in feedback and set(episode.env_mask[first_end:second_start]) == {0}
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Observation layouts
 
 SOKOBAN_LAYOUTS = [
@@ -349,7 +349,7 @@ def test_frozen_lake_rewards_are_gymnasiums_ints_under_the_ragen_protocol():
     assert env.protocol_reward(0.0, "trl_ragen2") == 0.0
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # System prompt: own words, RAGEN's structure
 
 

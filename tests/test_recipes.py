@@ -244,6 +244,19 @@ def test_recipe_datasets_show_the_rollouts_prompt():
     assert user.endswith("(tokens).\n") and len(evaluation) == 1
 
 
+def test_recipe_datasets_give_split_taking_environments_their_split(tmp_path_factory):
+    from trl_ragen2.recipe_utils import build_datasets
+
+    from .webshop_data import index_cache_dir
+
+    config = {"procedural": True, "procedural_products": 100, "cache_dir": index_cache_dir(tmp_path_factory)}
+    train, evaluation = build_datasets("webshop", config, 1, 1, eval_split="test")
+    assert json.loads(train[0]["env_config"])["split"] == "train"
+    assert json.loads(evaluation[0]["env_config"])["split"] == "test"
+    train, evaluation = build_datasets("sokoban", {}, 1, 1)  # no split keyword: the config is left alone
+    assert train[0]["env_config"] == evaluation[0]["env_config"] == "{}"
+
+
 @pytest.mark.parametrize(
     ("config", "turns", "actions_per_turn"),
     [("sokoban", 5, 2), ("frozen_lake", 5, 2), ("webshop", 9, 1), ("searchqa", 5, 1), ("countdown", 1, 1),

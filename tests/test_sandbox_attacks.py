@@ -70,9 +70,8 @@ def check(mode: str, attack: str, contained: bool, detail: str) -> None:
     assert contained == expected, f"{attack} under {mode}: {'contained' if contained else 'ESCAPED'} ({detail})"
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Root modes, in this process
-############################################################
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="the root modes need root; the user modes cover this user")
@@ -84,9 +83,8 @@ def test_attack_as_root(mode, attack, tmp_path):
     check(mode, attack, contained, detail)
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # User modes, in an unprivileged child process
-############################################################
 
 _user_results: dict[str, dict[str, tuple[bool, str]]] = {}
 
@@ -145,9 +143,8 @@ def test_attack_as_user(mode, attack):
     check(mode, attack, contained, detail)
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Isolation machinery
-############################################################
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="only root runs programs as another uid")

@@ -62,7 +62,7 @@ def test_reset_shows_the_question_and_the_actions_line():
     assert env.reset(0) == f"Question: {env.episode.question}\n{LINE}" == env.render()
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Episodes: (action, observation, reward, done) step by step; the step count is the number of actions
 
 
@@ -136,7 +136,7 @@ def test_non_text_is_an_empty_action():
     assert env.step(None)[:3] == (INVALID, 0.0, False) and env.steps == 1
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Reading an action and extracting an answer
 
 
@@ -189,7 +189,7 @@ def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Search results
 
 
@@ -226,7 +226,7 @@ def test_real_search_shows_ragens_client_text():
     assert (reward, done, info["num_results"], info["query"]) == (0.0, False, 5, "Nidreitas")
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Deliberate differences (the card's table)
 
 
@@ -262,7 +262,7 @@ def test_a_failed_search_shows_the_library_message_in_place_of_the_results():
     assert "cannot reach" in info["env_error"]
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Selection, defaults, adapter, rollout
 
 

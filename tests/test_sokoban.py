@@ -300,11 +300,6 @@ def test_non_text_actions_are_no_ops(action):
     assert env.step(action)[3]["action_is_valid"] is False
 
 
-def test_step_before_reset_does_not_raise():
-    _, reward, done, info = SokobanEnv().step("Up")
-    assert reward == 0.0 and not done and not info["action_is_valid"]
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # TRL adapter
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# One scripted filtered step (see test_grpo_trainer.py) reporting to trackio; prints the logged ragen2/ keys.
+# One scripted filtered step (tests/scripted.py) reporting to trackio; prints the logged ragen2/ keys.
 TRAIN = """
 import json, sys
-from tests.test_grpo_trainer import scripted_trainer
+from tests.scripted import scripted_trainer
 from trl_ragen2.tiny import make_tiny_tokenizer
 from pathlib import Path
 trainer = scripted_trainer(Path(sys.argv[1]), make_tiny_tokenizer(), report_to="trackio", project="ragen2-test")

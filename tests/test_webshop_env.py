@@ -189,11 +189,6 @@ def test_invalid_actions_are_reported_and_change_nothing(env, page_actions, acti
     assert info["action_is_valid"] is False and reason in info["invalid_reason"] and env.session.state == before_state
 
 
-def test_step_before_reset_does_not_raise(config):
-    _, reward, done, info = WebShopEnv(**config).step("search[shoes]")
-    assert reward == 0.0 and not done and info["action_is_valid"] is False
-
-
 SPECIAL_ACTIONS = ["", " ", "[]", "click[", "click[]]", "click[[next >]]", "click[NEXT >]", "search[\x00]", "click[ünïcödé]",
                    "search[" + "a" * 2000 + "]", "click[buy now] || click[next >]", "<answer>click[next >]</answer>"]  # fmt: skip
 

@@ -1,6 +1,9 @@
 """trl-ragen2: RAGEN-2 template-collapse diagnostics and SNR-aware filtering for Hugging Face TRL.
 
-Public names are imported lazily, so `import trl_ragen2.filtering` stays free of TRL and transformers.
+Public names are imported lazily, on first access: `from trl_ragen2 import SNRFilteredGRPOTrainer` imports the
+trainer module (and TRL), while `import trl_ragen2.filtering` stays free of TRL and transformers (see
+`docs/architecture.md`). A name whose module needs a package that is not installed raises a `ModuleNotFoundError`
+naming the public name and the missing package.
 """
 
 from importlib import import_module
@@ -54,9 +57,20 @@ __all__ = sorted(_LAZY)
 
 
 def __getattr__(name):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'trl_ragen2' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'trl_ragen2' has no attribute {name!r}")
+    try:
+        module = import_module(_LAZY[name])
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").split(".")[0]
+        if not missing or missing == __name__:
+            raise
+        raise ModuleNotFoundError(
+            f"trl_ragen2.{name} needs {missing!r}, which is not installed ({error}); `pip install trl-ragen2` "
+            "installs the dependencies of every public name",
+            name=error.name,
+        ) from error
+    return getattr(module, name)
 
 
 def __dir__():

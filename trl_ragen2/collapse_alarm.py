@@ -31,7 +31,7 @@ import os
 
 from transformers import TrainerCallback
 
-from .collapse_detector import AlarmUpdate, CollapseDetector
+from .collapse_detector import ALARM_PREFIX, AlarmUpdate, CollapseDetector
 
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,8 @@ class CollapseAlarm(TrainerCallback):
         self.alerted: list[str] = []
         self._watched = 0
 
-    # ------------------------------------------------------------------ wiring
+    # -----------------------------------------------------------------------------------------------------------
+    # Wiring
 
     def attach(self, trainer):
         """Register the callback first in `trainer`'s callbacks and add its line to the model card; returns it."""
@@ -147,7 +148,8 @@ class CollapseAlarm(TrainerCallback):
         if details is not None:
             details[CARD_FIELD] = self.model_card_line()
 
-    # ------------------------------------------------------------------ events
+    # -----------------------------------------------------------------------------------------------------------
+    # Events
 
     def on_train_begin(self, args, state, control, **kwargs):
         # A resumed run's history is restored before this event: replay it, silently, to rebuild the state.
@@ -168,7 +170,7 @@ class CollapseAlarm(TrainerCallback):
         if update is None:
             return
         self._watched += 1
-        values = {f"ragen2/alarm/{key}": value for key, value in update.metrics().items()}
+        values = {ALARM_PREFIX + key: value for key, value in update.metrics().items()}
         logs.update(values)
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(values)  # Trainer.log appended its copy before calling the callbacks

@@ -31,11 +31,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .run_logs import MI_SCOPES
 
-SCOPES = ("first_turn", "trajectory")
+
 REQUIRE = ("both", "either", "mi_zscore_ema", "retrieval")
 ENTROPY_KEYS = ("cond_entropy", "entropy")
 ALARM_KEYS = ("active", "fired", "consecutive", "mi_drop", "retrieval_drop", "entropy_ratio")
+ALARM_PREFIX = "ragen2/alarm/"  # the logged key of each of ALARM_KEYS: ALARM_PREFIX + key
 
 
 def _number(value) -> float | None:
@@ -87,7 +89,7 @@ class AlarmUpdate:
 def validate_alarm_settings(owner: str, **settings) -> None:
     """Raise a `ValueError` naming `owner.field`, its value and the fix for any invalid setting."""
     checks = {
-        "scope": (lambda v: v in SCOPES, f"choose one of {SCOPES}"),
+        "scope": (lambda v: v in MI_SCOPES, f"choose one of {MI_SCOPES}"),
         "min_drop": (lambda v: 0.0 < v <= 1.0, "use a fraction in (0, 1], e.g. 0.5 (MI halved from its peak)"),
         "pvalue": (lambda v: 0.0 < v < 1.0, "use a significance level in (0, 1), e.g. 0.05"),
         "entropy_tolerance": (lambda v: 0.0 <= v <= 1.0, "use a fraction in [0, 1], e.g. 0.8; 0 ignores entropy"),

@@ -139,7 +139,6 @@ def completion_values(
 
 # ---------------------------------------------------------------------------------------------------------------
 # Saving and restoring (the trainer writes these files into `checkpoint-N/critic/` and `output_dir/critic/`)
-# ---------------------------------------------------------------------------------------------------------------
 
 CRITIC_DIR = "critic"
 CRITIC_OPTIMIZER_FILE = "optimizer.pt"

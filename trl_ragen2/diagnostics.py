@@ -42,14 +42,13 @@ import json
 import logging
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import InitVar, asdict, dataclass, field
 
-import torch
 from transformers import TrainerCallback
 
-from .mi import DEFAULT_KS, MARGINAL_MODES, MIZScoreEMA, mi_metrics
-from .mi_uncertainty import scope_uncertainty, uncertainty_keys
+from .mi import DEFAULT_KS, EMA_KEYS, MARGINAL_MODES, MIZScoreEMA, mi_metric_keys, mi_metrics
+from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS, scope_uncertainty, uncertainty_keys
 from .scoring.collective import ProcessGroup
 from .scoring.pairs import NEGATIVE_SAMPLING, SCOPES, PairBuilder
 from .scoring.reasoning import ReasoningExtractor
@@ -61,7 +60,6 @@ logger = logging.getLogger(__name__)
 
 ENGINES = ("auto", "transformers", "vllm")
 STATE_FILE = "mi_diagnostics_state.json"
-EMA_KEYS = ("marginal_std_ema", "marginal_std_ema_seq", "mi_zscore_ema", "mi_zscore_ema_seq")
 COUNT_KEYS = ("num_pairs", "num_dropped_empty", "num_unscored", "time_s")
 
 
@@ -93,6 +91,9 @@ class MIDiagnosticsConfig:
         confidence_level (`float`, defaults to `0.95`): level of the intervals and of `retrieval_null_high`.
         text_metrics (`bool`, defaults to `True`): also log the text template metrics of the batch's reasoning
             (`ragen2/text/...`, see `trl_ragen2.text_metrics`) at the same steps.
+        field_names (`Mapping[str, str]`, *optional*): how the errors name a field, e.g. `{"every_n_steps":
+            "mi_every_n_steps"}` for a trainer config that sets it; `MIDiagnosticsConfig.<field>` otherwise. Not
+            stored.
     """
 
     enabled: bool = True
@@ -107,12 +108,16 @@ class MIDiagnosticsConfig:
     ema_alpha: float = 0.9
     ks: tuple[int, ...] = field(default=DEFAULT_KS)
     seed: int = 0
-    num_permutations: int = 1000
-    num_bootstrap: int = 1000
-    confidence_level: float = 0.95
+    num_permutations: int = DEFAULT_PERMUTATIONS
+    num_bootstrap: int = DEFAULT_BOOTSTRAP
+    confidence_level: float = DEFAULT_LEVEL
     text_metrics: bool = True
+    field_names: InitVar[Mapping[str, str] | None] = None
 
-    def __post_init__(self):
+    def __post_init__(self, field_names: Mapping[str, str] | None):
+        def named(name: str) -> str:
+            return (field_names or {}).get(name, f"MIDiagnosticsConfig.{name}")
+
         self.scopes = (self.scopes,) if isinstance(self.scopes, str) else tuple(self.scopes)
         self.ks = tuple(self.ks)
         checks = [
@@ -122,7 +127,7 @@ class MIDiagnosticsConfig:
                 "scopes",
                 self.scopes,
                 bool(self.scopes) and set(self.scopes) <= set(SCOPES),
-                f"choose from {SCOPES}, or set enabled=False",
+                f"choose from {SCOPES}, or set {named('enabled')}=False",
             ),
             ("engine", self.engine, self.engine in ENGINES, f"choose one of {ENGINES}"),
             ("max_tokens_per_chunk", self.max_tokens_per_chunk, self.max_tokens_per_chunk >= 1, "use an integer >= 1"),
@@ -152,9 +157,9 @@ class MIDiagnosticsConfig:
         ]
         for name, value, ok, fix in checks:
             if not ok:
-                raise ValueError(f"MIDiagnosticsConfig.{name}={value!r} is invalid; {fix}")
+                raise ValueError(f"{named(name)}={value!r} is invalid; {fix}")
         if len(set(self.scopes)) != len(self.scopes):
-            raise ValueError(f"MIDiagnosticsConfig.scopes={self.scopes!r} repeats a scope; list each scope once")
+            raise ValueError(f"{named('scopes')}={self.scopes!r} repeats a scope; list each scope once")
 
 
 class MIDiagnostics:
@@ -175,10 +180,10 @@ class MIDiagnostics:
         self.ema = {scope: MIZScoreEMA(self.config.ema_alpha) for scope in self.config.scopes}
         self.next_step = 1  # 1-indexed optimizer step at which the diagnostics run next
         self._warned: set[str] = set()
-        probe = mi_metrics(torch.zeros(1, 1), torch.ones(1), torch.zeros(1, dtype=torch.long), ks=self.config.ks)
-        self.metric_keys = (*probe, *EMA_KEYS, *COUNT_KEYS, *uncertainty_keys(self.config.ks))
+        self.metric_keys = (*mi_metric_keys(self.config.ks), *EMA_KEYS, *COUNT_KEYS, *uncertainty_keys(self.config.ks))
 
-    # ------------------------------------------------------------------ schedule
+    # -----------------------------------------------------------------------------------------------------------
+    # Schedule
 
     def is_due(self, step: int) -> bool:
         """Whether the diagnostics run at this 1-indexed optimizer step (`trainer.state.global_step + 1`)."""
@@ -188,7 +193,8 @@ class MIDiagnostics:
         n = self.config.every_n_steps
         self.next_step = (step // n + 1) * n
 
-    # ------------------------------------------------------------------ trainer entry point
+    # -----------------------------------------------------------------------------------------------------------
+    # Trainer entry point
 
     def on_batch(self, trainer, rows: Sequence[dict] | None, batch: dict) -> dict[str, float]:
         """Compute and log the diagnostics if due; call right after `_generate_and_score_completions`.
@@ -238,7 +244,8 @@ class MIDiagnostics:
             )
         return self.scorer
 
-    # ------------------------------------------------------------------ trainer-free core
+    # -----------------------------------------------------------------------------------------------------------
+    # Trainer-free core
 
     def compute(
         self,
@@ -327,7 +334,8 @@ class MIDiagnostics:
                 "MI diagnostics: scope %r could not be computed (%s); its keys are logged as NaN", scope, reason
             )
 
-    # ------------------------------------------------------------------ state
+    # -----------------------------------------------------------------------------------------------------------
+    # State
 
     def state_dict(self) -> dict:
         """The resumable state (next diagnostics step, EMA per scope) and the config, as JSON-ready data."""

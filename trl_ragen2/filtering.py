@@ -80,7 +80,6 @@ def group_reward_scores(rewards: torch.Tensor, num_generations: int, metric: str
 # ---------------------------------------------------------------------------------------------------------------
 # Selection: RAGEN's `RewardRolloutFilter` group selection, rule for rule and in its float32 arithmetic. Each strategy
 # receives the candidates' scores (float32, CPU, in ascending group order) and returns the candidate positions kept.
-# ---------------------------------------------------------------------------------------------------------------
 
 
 def _ranked(keys: torch.Tensor, descending: bool) -> torch.Tensor:

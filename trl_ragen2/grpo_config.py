@@ -14,6 +14,8 @@ from trl import GRPOConfig
 
 from .filtering import SCORE_METRICS, STRATEGIES, TOP_P_MODES, check_top_k
 from .keep_rate import AUTO, AUTO_OFF_BELOW, AUTO_ON_ABOVE, AUTO_SMOOTHING, SCHEDULES, KeepRateControl
+from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS
+from .run_logs import MI_SCOPES
 
 
 LOSS_SCALINGS = ("none", "linear", "sqrt")
@@ -294,6 +296,25 @@ class SNRFilterArguments:
         )
 
 
+# MIDiagnosticsConfig field -> the MIDiagnosticsArguments field that sets it
+MI_CONFIG_FIELDS = {
+    "enabled": "mi_diagnostics",
+    "every_n_steps": "mi_every_n_steps",
+    "num_samples": "mi_num_samples",
+    "scopes": "mi_scopes",
+    "engine": "mi_engine",
+    "max_tokens_per_chunk": "mi_max_tokens_per_chunk",
+    "num_negatives": "mi_num_negatives",
+    "negative_sampling": "mi_negative_sampling",
+    "marginal": "mi_marginal",
+    "ema_alpha": "mi_ema_alpha",
+    "num_permutations": "mi_num_permutations",
+    "num_bootstrap": "mi_num_bootstrap",
+    "confidence_level": "mi_confidence_level",
+    "text_metrics": "mi_text_metrics",
+}
+
+
 @dataclass
 class MIDiagnosticsArguments:
     r"""
@@ -342,7 +363,7 @@ class MIDiagnosticsArguments:
     mi_every_n_steps: int = field(default=5, metadata={"help": "Run at step 1, then every N steps (RAGEN: 5)."})
     mi_num_samples: int = field(default=64, metadata={"help": "Pairs sampled per scope (RAGEN: 64)."})
     mi_scopes: list[str] = field(
-        default_factory=lambda: ["first_turn", "trajectory"],
+        default_factory=lambda: list(MI_SCOPES),
         metadata={"help": "Scopes: first_turn and/or trajectory."},
     )
     mi_engine: str = field(default="auto", metadata={"help": "'transformers', 'vllm' or 'auto'."})
@@ -354,39 +375,25 @@ class MIDiagnosticsArguments:
     mi_marginal: str = field(default="ragen", metadata={"help": "'ragen' (plotted curves) or 'paper' (Eq. 1)."})
     mi_ema_alpha: float = field(default=0.9, metadata={"help": "EMA decay of MI-ZScore-EMA's sigma (paper: 0.9)."})
     mi_num_permutations: int = field(
-        default=1000, metadata={"help": "Label shuffles of the retrieval permutation test (0: off)."}
+        default=DEFAULT_PERMUTATIONS, metadata={"help": "Label shuffles of the retrieval permutation test (0: off)."}
     )
-    mi_num_bootstrap: int = field(default=1000, metadata={"help": "Bootstrap resamples of the intervals (0: off)."})
-    mi_confidence_level: float = field(default=0.95, metadata={"help": "Level of the MI confidence intervals."})
+    mi_num_bootstrap: int = field(
+        default=DEFAULT_BOOTSTRAP, metadata={"help": "Bootstrap resamples of the intervals (0: off)."}
+    )
+    mi_confidence_level: float = field(
+        default=DEFAULT_LEVEL, metadata={"help": "Level of the MI confidence intervals."}
+    )
     mi_text_metrics: bool = field(
         default=True, metadata={"help": "Also log distinct-n, self-BLEU and n-gram overlap of the reasoning."}
     )
 
     def mi_diagnostics_config(self):
-        """The [`~trl_ragen2.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there)."""
+        """The [`~trl_ragen2.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there; its errors name
+        these fields)."""
         from .diagnostics import MIDiagnosticsConfig
 
-        try:
-            return MIDiagnosticsConfig(
-                enabled=self.mi_diagnostics,
-                every_n_steps=self.mi_every_n_steps,
-                num_samples=self.mi_num_samples,
-                scopes=tuple(self.mi_scopes),
-                engine=self.mi_engine,
-                max_tokens_per_chunk=self.mi_max_tokens_per_chunk,
-                num_negatives=self.mi_num_negatives,
-                negative_sampling=self.mi_negative_sampling,
-                marginal=self.mi_marginal,
-                ema_alpha=self.mi_ema_alpha,
-                seed=getattr(self, "seed", 0),
-                num_permutations=self.mi_num_permutations,
-                num_bootstrap=self.mi_num_bootstrap,
-                confidence_level=self.mi_confidence_level,
-                text_metrics=self.mi_text_metrics,
-            )
-        except ValueError as error:  # name the trainer-config field, not the inner dataclass
-            message = str(error).replace("MIDiagnosticsConfig.", "mi_")
-            raise ValueError(message.replace("mi_enabled", "mi_diagnostics")) from None
+        values = {name: getattr(self, field_name) for name, field_name in MI_CONFIG_FIELDS.items()}
+        return MIDiagnosticsConfig(**values, seed=getattr(self, "seed", 0), field_names=MI_CONFIG_FIELDS)
 
 
 @dataclass

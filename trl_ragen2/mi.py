@@ -47,6 +47,28 @@ COMPRESSED_REASONING = "compressed reasoning"  # high MI, low H(Z|X): input-spec
 LOW_ENTROPY_COLLAPSE = "low-entropy collapse"  # low MI, low H(Z|X): one fixed output for every input
 REGIMES = (DIVERSE_REASONING, TEMPLATE_COLLAPSE, COMPRESSED_REASONING, LOW_ENTROPY_COLLAPSE)
 
+# The keys of `mi_metrics` after the retrieval ones (`mi_metric_keys` lists them all), and those `MIZScoreEMA` adds.
+ESTIMATE_KEYS = (
+    "matched",
+    "marginal",
+    "mi_est",
+    "cond_entropy",
+    "marginal_entropy",
+    "marginal_std",
+    "mi_zscore",
+    "matched_seq",
+    "marginal_seq",
+    "mi_seq_est",
+    "cond_entropy_seq",
+    "marginal_entropy_seq",
+    "marginal_std_seq",
+    "mi_zscore_seq",
+    "mi_upper_bound",
+    "num_chains",
+    "num_columns",
+)
+EMA_KEYS = ("marginal_std_ema", "marginal_std_ema_seq", "mi_zscore_ema", "mi_zscore_ema_seq")
+
 # Heuristic defaults of `reasoning_regime`, in nats per reasoning token (the units of `mi_est` and `cond_entropy`).
 DEFAULT_MI_THRESHOLD = 0.05
 DEFAULT_ENTROPY_THRESHOLD = 0.5
@@ -129,6 +151,12 @@ def _retrieval(logp: torch.Tensor, correct: torch.Tensor, ks: Sequence[int]) -> 
         metrics[f"{name}_chance"] = sum(chance) / num_chains
     metrics["retrieval_above_chance"] = metrics["retrieval_acc"] - metrics["retrieval_chance"]
     return metrics
+
+
+def mi_metric_keys(ks: Sequence[int] = DEFAULT_KS) -> tuple[str, ...]:
+    """The keys [`mi_metrics`] returns for these `ks`, in its order (k = 1 is `retrieval_acc` itself)."""
+    recall = [key for k in dict.fromkeys(ks) if k != 1 for key in (f"recall@{k}", f"recall@{k}_chance")]
+    return ("retrieval_acc", "retrieval_chance", *recall, "retrieval_above_chance", *ESTIMATE_KEYS)
 
 
 def mi_metrics(
@@ -262,9 +290,7 @@ class MIZScoreEMA:
         """
         sigma, sigma_seq = metrics["marginal_std"], metrics["marginal_std_seq"]
         if math.isnan(sigma) or math.isnan(sigma_seq):
-            return dict.fromkeys(
-                ("marginal_std_ema", "marginal_std_ema_seq", "mi_zscore_ema", "mi_zscore_ema_seq"), math.nan
-            )
+            return dict.fromkeys(EMA_KEYS, math.nan)
         self.sigma = self._step(self.sigma, sigma)
         self.sigma_seq = self._step(self.sigma_seq, sigma_seq)
         return {

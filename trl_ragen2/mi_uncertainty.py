@@ -135,7 +135,8 @@ def chain_terms(logp, lengths, target, same=None, *, ks=DEFAULT_KS, marginal: st
     return ChainTerms(hits, chance, matched_seq / lengths, marginal_tok, matched_seq, marginal_seq)
 
 
-# ------------------------------------------------------------------------------------------------ permutation test
+# ---------------------------------------------------------------------------------------------------------------
+# Permutation test
 
 
 def _top1_accuracy(logp: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
@@ -188,7 +189,8 @@ def retrieval_permutation_test(
     return pvalue, torch.quantile(null, level).item()
 
 
-# ---------------------------------------------------------------------------------------------------- bootstrap
+# ---------------------------------------------------------------------------------------------------------------
+# Bootstrap
 
 
 def cluster_ids(correct: torch.Tensor) -> torch.Tensor:
@@ -321,7 +323,8 @@ def bootstrap_intervals(
     return intervals
 
 
-# ----------------------------------------------------------------------------------------------------- together
+# ---------------------------------------------------------------------------------------------------------------
+# Together
 
 
 def mi_uncertainty(

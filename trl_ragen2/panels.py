@@ -23,13 +23,14 @@ from .run_logs import MI_SCOPES, as_records, env_names, metric_series
 class Series:
     """One line of a panel: a logged key, its legend label, its role ("train", "eval" or "reference", which set the
     line style), its colour group (lines of one env or one MI scope share a colour; default: the key), and
-    optionally a band: the keys of its lower and upper edge, shaded where both are logged (a confidence interval, or
-    the reach of chance)."""
+    optionally the key of its standard deviation, shaded as a band of one std around the line, or a band: the keys
+    of its lower and upper edge, shaded where both are logged (a confidence interval, or the reach of chance)."""
 
     key: str
     label: str
     role: str = "train"
     group: str | None = None
+    std_key: str | None = None
     band: tuple[str, str] | None = None
     band_label: str | None = None
 
@@ -43,6 +44,7 @@ class Panel:
     looks_for: str  # shown when the panel has no data
     series: Callable[[set[str]], list[Series]] = field(repr=False)
     optional: bool = False  # only some runs log it (PPO, env rollouts): not reported as missing
+    marks_alarms: bool = False  # a vertical line at each step where the collapse alarm fired
 
 
 def _fixed(*series: Series) -> Callable[[set[str]], list[Series]]:
@@ -78,9 +80,10 @@ def _per_scope(*metrics: tuple) -> Callable[[set[str]], list[Series]]:
             prefix = f"ragen2/mi/{scope}/"
             for metric, label, role, *band in metrics:
                 edges = (prefix + band[0][0], prefix + band[0][1]) if band else None
-                band_label = f"{band[1]} ({scope.replace('_', '-')})" if band else None
+                shown = scope.replace("_", "-")
+                band_label = f"{band[1]} ({shown})" if band else None
                 lines.append(
-                    Series(prefix + metric, f"{label} ({scope.replace('_', '-')})", role, scope, edges, band_label)
+                    Series(prefix + metric, f"{label} ({shown})", role, scope, band=edges, band_label=band_label)
                 )
         return lines
 
@@ -97,7 +100,10 @@ PANELS = (
         "Reward",
         "mean reward",
         "reward, eval_reward",
-        _fixed(Series("reward", "train", "train", "reward"), Series("eval_reward", "validation", "eval", "reward")),
+        _fixed(
+            Series("reward", "train", "train", "reward", std_key="reward_std"),
+            Series("eval_reward", "validation", "eval", "reward"),
+        ),
     ),
     Panel("Success rate", "success rate", "ragen2/env/<env>/success_rate", _per_env("success_rate")),
     Panel("Episode return", "mean return", "ragen2/env/<env>/mean_return", _per_env("mean_return"), optional=True),
@@ -120,12 +126,14 @@ PANELS = (
             ("retrieval_acc", "Retrieval-Acc", "train", *_interval("retrieval_acc")),
             ("retrieval_chance", "chance", "reference", ("retrieval_chance", "retrieval_null_high"), "chance reach"),
         ),
+        marks_alarms=True,
     ),
     Panel(
         "MI-Est",
         "nats/token",
         "ragen2/mi/<scope>/mi_est",
         _per_scope(("mi_est", "MI-Est", "train", *_interval("mi_est"))),
+        marks_alarms=True,
     ),
     Panel(
         "MI-ZScore",
@@ -135,6 +143,7 @@ PANELS = (
             ("mi_zscore", "MI-ZScore", "train"),
             ("mi_zscore_ema", "MI-ZScore-EMA", "reference", *_interval("mi_zscore_ema")),
         ),
+        marks_alarms=True,
     ),
     Panel(
         "Reasoning text",
@@ -155,6 +164,7 @@ PANELS = (
         lambda keys: (
             [Series("entropy", "token entropy (policy)")] + _per_scope(("cond_entropy", "H(Z|X)", "train"))(keys)
         ),
+        marks_alarms=True,
     ),
     Panel(
         "Step time",

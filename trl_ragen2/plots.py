@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .collapse_detector import ALARM_PREFIX
 from .panels import LINE_STYLES, PANELS, Panel, missing_panels, panel_data
 from .run_logs import MI_SCOPES, as_records, load_run_logs, metric_series
 
@@ -59,8 +60,6 @@ DEFAULT_PROXY = "mi_est"
 DEFAULT_ENTROPY = "cond_entropy"
 CURVES_FILE = "training_curves.png"
 REGIMES_FILE = "regimes_{scope}.png"
-
-ALARM_PANELS = ("Retrieval accuracy", "MI-Est", "MI-ZScore", "Entropy")  # where CollapseAlarm firings are marked
 
 # quadrant tints, in the order of trl_ragen2.mi.REGIMES (diverse, template collapse, compressed, low-entropy collapse)
 REGIME_COLORS = ("#2ca02c", "#d62728", "#1f77b4", "#7f7f7f")
@@ -271,9 +270,10 @@ def plot_training_curves(history, panels: Sequence[Panel] = PANELS, title: str |
             line.set_gid(series.key)
             if series.band is not None:
                 _shade_band(ax, as_records(history), series, color)
-        if panel.title == "Reward":
-            _shade_reward_std(ax, as_records(history))
-        if panel.title in ALARM_PANELS:
+        for series, _, _ in lines:
+            if series.std_key is not None:
+                _shade_std(ax, as_records(history), series)
+        if panel.marks_alarms:
             _mark_alarms(ax, as_records(history))
         ax.set_title(panel.title)
         ax.set_xlabel("step")
@@ -302,16 +302,16 @@ def _shade_band(ax, records: list[dict], series, color: str) -> None:
 
 def _mark_alarms(ax, records: list[dict]) -> None:
     """A vertical line at each step where the collapse alarm fired (`ragen2/alarm/fired`)."""
-    steps, fired = metric_series(records, "ragen2/alarm/fired")
+    steps, fired = metric_series(records, ALARM_PREFIX + "fired")
     for number, step in enumerate(s for s, value in zip(steps, fired, strict=True) if value > 0):
         mark = ax.axvline(step, color="#d62728", ls="--", lw=1.2, label="collapse alarm" if number == 0 else None)
         mark.set_gid("collapse-alarm")
 
 
-def _shade_reward_std(ax, records: list[dict]) -> None:
-    """Shade train reward +- reward_std at the steps that logged both."""
-    mean = dict(zip(*metric_series(records, "reward"), strict=True))
-    std = dict(zip(*metric_series(records, "reward_std"), strict=True))
+def _shade_std(ax, records: list[dict], series) -> None:
+    """Shade a series' value +- its `std_key` at the steps that logged both."""
+    mean = dict(zip(*metric_series(records, series.key), strict=True))
+    std = dict(zip(*metric_series(records, series.std_key), strict=True))
     steps = sorted(set(mean) & set(std))
     if steps:
         ax.fill_between(
@@ -319,7 +319,7 @@ def _shade_reward_std(ax, records: list[dict]) -> None:
             [mean[s] - std[s] for s in steps],
             [mean[s] + std[s] for s in steps],
             alpha=0.15,
-            label="reward ± std",
+            label=f"{series.key} ± std",
         )
 
 

@@ -112,11 +112,10 @@ class SNRFilteredPPOConfig(SNRFilteredGRPOConfig):
     )
 
     def __post_init__(self):
-        single_rollout = self.num_generations == 1
-        if not single_rollout:
-            super().__post_init__()
+        if self.num_generations == 1:
+            self._post_init_one_rollout_per_prompt()
         else:
-            self._post_init_single_rollout()
+            super().__post_init__()
         self.validate_ppo_fields()
         if self.scale_rewards != "none":
             logger.warning(
@@ -126,7 +125,18 @@ class SNRFilteredPPOConfig(SNRFilteredGRPOConfig):
             )
             self.scale_rewards = "none"
 
-    def _post_init_single_rollout(self) -> None:
+    def _post_init_one_rollout_per_prompt(self) -> None:
+        """`__post_init__` for classic PPO (`num_generations=1`): no filter, and GRPOConfig's checks without its
+        group-size rule.
+
+        GRPOConfig uses `num_generations` in three checks and in nothing it derives: it must be at least 2 (group
+        advantages need groups; GAE does not), divide the generation batch, and, when `num_generations_eval` is
+        unset, divide the global eval batch. One rollout per prompt divides every batch, so the last two always
+        hold. The parent's checks therefore run with the generation batch itself as the group size (it divides the
+        generation batch GRPOConfig derives from the same fields) and one rollout per eval prompt; then
+        `num_generations` is 1 again. `tests/test_ppo_trainer.py::test_one_rollout_config_equals_the_grouped_one`
+        checks that the result equals a grouped config's in every other field.
+        """
         if self.reward_variance_filtering is not None:
             logger.warning(
                 "num_generations=1: the SNR filter ranks prompt groups by their reward variance, and one rollout per "
@@ -135,23 +145,19 @@ class SNRFilteredPPOConfig(SNRFilteredGRPOConfig):
                 "this warning."
             )
             self.reward_variance_filtering = None
-        # GRPOConfig rejects num_generations < 2 because group advantages need groups; PPO does not. Run its checks
-        # with a stand-in group size that divides any generation batch these settings can produce (the per-process
-        # share of it), then restore 1.
         steps = self.steps_per_generation or self.gradient_accumulation_steps
-        stand_in = self.generation_batch_size or self.per_device_train_batch_size * steps
-        if stand_in < 2:
+        # The generation batch as given, else the share of one process, which divides the global one.
+        generation_batch = self.generation_batch_size or self.per_device_train_batch_size * steps
+        if generation_batch < 2:
             raise ValueError(
                 f"num_generations=1 needs at least 2 rollouts per process per generation, got "
                 f"per_device_train_batch_size={self.per_device_train_batch_size} x steps_per_generation={steps}; "
                 "raise per_device_train_batch_size or gradient_accumulation_steps"
             )
         eval_generations = self.num_generations_eval
-        self.num_generations, self.num_generations_eval = stand_in, eval_generations or 1
-        try:
-            super().__post_init__()
-        finally:
-            self.num_generations, self.num_generations_eval = 1, eval_generations
+        self.num_generations, self.num_generations_eval = generation_batch, eval_generations or 1
+        super().__post_init__()
+        self.num_generations, self.num_generations_eval = 1, eval_generations
 
     def validate_ppo_fields(self) -> None:
         """Check the PPO fields (gamma, lam, critic_learning_rate, vf_coef, cliprange_value, kl_in_reward with

@@ -136,9 +136,8 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
             f"{args.critic_learning_rate}, value clip {args.cliprange_value})"
         )
 
-    # ----------------------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
     # Critic construction
-    # ----------------------------------------------------------------------------------------------------------
 
     @staticmethod
     def _build_critic(model, args: SNRFilteredPPOConfig, value_model):
@@ -213,9 +212,8 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         """The critic without the wrapper `accelerator.prepare_model` added (DDP when distributed)."""
         return self.accelerator.unwrap_model(self.critic)
 
-    # ----------------------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
     # Advantages: values on the kept rows, token rewards, GAE
-    # ----------------------------------------------------------------------------------------------------------
 
     def _before_filtering(self, inputs, batch):
         super()._before_filtering(inputs, batch)
@@ -327,9 +325,8 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         self._metrics[mode]["ragen2/ppo/kl"].append(mean)
         return penalty
 
-    # ----------------------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
     # Critic update, after the policy's backward on the same micro-batch
-    # ----------------------------------------------------------------------------------------------------------
 
     def _prepare_inputs(self, generation_batch):
         inputs = super()._prepare_inputs(generation_batch)
@@ -442,9 +439,8 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         finally:
             self.beta = beta
 
-    # ----------------------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
     # Metrics
-    # ----------------------------------------------------------------------------------------------------------
 
     def _reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum a small tensor over processes (the same result on every process)."""
@@ -475,9 +471,8 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
             _, squares, tokens = self._reduce(masked_moments(returns - values, mask)).tolist()
             metrics["ragen2/ppo/value_loss"].append(0.5 * squares / tokens if tokens else float("nan"))
 
-    # ----------------------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
     # Saving and restoring the critic
-    # ----------------------------------------------------------------------------------------------------------
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the policy to `output_dir` (as TRL does) and the critic beside it, in `output_dir/critic`."""

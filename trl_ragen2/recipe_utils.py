@@ -117,7 +117,7 @@ def build_datasets(
     from trl_ragen2_envs import get_env_class
     from trl_ragen2_envs.datasets import build_rows
 
-    takes_split = "split" in get_env_class(env).__init__.__code__.co_varnames
+    takes_split = get_env_class(env).takes_split
     train_config = {**env_config, "split": "train"} if takes_split else env_config
     eval_config = {**env_config, "split": eval_split} if takes_split else env_config
     options = dict(protocol=protocol, max_actions=max_actions)

@@ -43,6 +43,8 @@ from tqdm.auto import tqdm
 from trl_ragen2_envs import make_env
 from trl_ragen2_envs.datasets import parse_env_config, row_seed
 from trl_ragen2_envs.prompts import (
+    THINK_CLOSE,
+    THINK_OPEN,
     check_protocol,
     initial_messages,
     parse_response,
@@ -50,9 +52,6 @@ from trl_ragen2_envs.prompts import (
     reward_feedback,
     turn_prompt,
 )
-
-
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 @dataclass
@@ -267,9 +266,8 @@ class Episode:
         }
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Chat-template rendering
-# ----------------------------------------------------------------------------------------------------------------
 
 
 def render_prompt_ids(tokenizer, messages, think_prefix: str, chat_template_kwargs: dict | None = None) -> list[int]:
@@ -367,9 +365,8 @@ def _tokens_covering(tokenizer, ids, char_index: int) -> int:
     return low
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # The turn loop
-# ----------------------------------------------------------------------------------------------------------------
 
 # (prompt ids of the active episodes, max new tokens, episodes, group size, pad_to) -> (reply ids, logprobs or None)
 GenerateFn = Callable[..., tuple[list[list[int]], list[list[float]] | None]]

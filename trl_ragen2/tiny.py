@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from trl_ragen2_envs.cache import cache_root
+from trl_ragen2_envs.prompts import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
 
 
 TINY_MODEL_NAME = "tiny"
@@ -46,7 +47,7 @@ CHATML_SPECIAL_TOKENS = [
     "</tool_response>",
 ]
 # Plain (non-special) tokens: kept by `skip_special_tokens=True`, as in Qwen2.5's tokenizer.
-REASONING_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
+REASONING_TOKENS = [THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE]
 
 # Words the tiny BPE learns as whole tokens, so prompts of the bundled environments stay short.
 _CORPUS_WORDS = (

@@ -24,8 +24,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-
-METRICS_FILE = "metrics.jsonl"
+from .run_logs import METRICS_FILE
 
 
 def _json_value(value):

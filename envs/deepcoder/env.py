@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..base import StepResult, TextEnv, finished_step, invalid_step
+from ..base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
 from ..tool_adapter import ToolEnvAdapter
 from .extraction import assemble_program, extract_code, syntax_error
 from .judging import TestOutcome, format_feedback, run_tests
@@ -31,9 +31,8 @@ from .procedural import FAMILIES, generate_problem
 from .sandbox import Sandbox, SandboxConfig
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Prompts
-############################################################
 
 INSTRUCTIONS = (
     "You solve programming problems in Python 3. Answer with one complete program in a ```python code block. "
@@ -49,9 +48,8 @@ TOOL_INSTRUCTIONS = (
 DATASETS = ("procedural", "humaneval", "deepcoder")
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Problem sources
-############################################################
 
 
 @lru_cache(maxsize=8)
@@ -66,9 +64,8 @@ def attempt_score(outcomes: list[TestOutcome]) -> float:
     return sum(o.passed for o in outcomes) / len(outcomes) if outcomes else 0.0
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Environment
-############################################################
 
 
 class DeepCoderEnv(TextEnv):
@@ -211,7 +208,7 @@ class DeepCoderEnv(TextEnv):
 
     def step(self, action: str) -> StepResult:
         if self.problem is None:
-            return invalid_step(self.render(), "no episode has started; call reset()")
+            return not_started_step()
         if self.done:
             return finished_step(self.render(), self.best_score == 1.0)
         if not isinstance(action, str):
@@ -256,9 +253,8 @@ class DeepCoderEnv(TextEnv):
         return self.render(), reward, self.done, info
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # TRL adapter (environment_factory)
-############################################################
 
 
 class DeepCoderToolEnv(ToolEnvAdapter):

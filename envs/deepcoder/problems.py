@@ -59,9 +59,8 @@ class CodingProblem:
         return {test.kind for test in self.tests}
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Reading files
-############################################################
 
 
 def read_json_records(path: str | Path, what: str) -> list[dict[str, Any]]:
@@ -91,9 +90,8 @@ def read_json_records(path: str | Path, what: str) -> list[dict[str, Any]]:
     return records
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # HumanEval
-############################################################
 
 
 def _is_constant_assert(node: ast.stmt) -> bool:
@@ -170,9 +168,8 @@ def load_humaneval(path: str | Path | None = None) -> list[CodingProblem]:
     return [humaneval_problem(record, f"{path}: record {i}") for i, record in enumerate(records)]
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # DeepCoder format
-############################################################
 
 
 def _json_or_text(value: Any) -> Any:

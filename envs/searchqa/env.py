@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..base import StepResult, TextEnv, finished_step, invalid_step
+from ..base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
 from ..tool_adapter import ToolEnvAdapter
 from . import ragen_rules
 from .answers import score_answer
@@ -47,9 +47,8 @@ from .retrieval import MAX_DOC_CHARS, MAX_TOTAL_CHARS, BM25Retriever, HTTPRetrie
 from .world import build_world
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Prompts
-############################################################
 
 INSTRUCTIONS = (
     "You answer questions by searching a collection of encyclopedia passages. Actions: search[query] shows "
@@ -68,9 +67,8 @@ TOOL_INSTRUCTIONS = (
 )
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Game logic (pure functions)
-############################################################
 
 RULES = ("trl_ragen2", "ragen")
 TOP_K = 3  # passages per search under the library's rules (RAGEN's: ragen_rules.TOP_K)
@@ -149,9 +147,8 @@ def _hotpotqa_question_retriever(question: HotpotQuestion) -> BM25Retriever:
     return BM25Retriever(question_passages(question))
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Environment
-############################################################
 
 
 class SearchQAEnv(TextEnv):
@@ -273,7 +270,7 @@ class SearchQAEnv(TextEnv):
 
     def step(self, action: str) -> StepResult:
         if self.episode is None:
-            return invalid_step(self.render(), "no episode has started; call reset()")
+            return not_started_step()
         if self.done:
             return finished_step(self.render(), self.succeeded)
         if self.rules == "ragen":
@@ -363,9 +360,8 @@ class SearchQAEnv(TextEnv):
         return self.episode.retriever.search(query, self.top_k)
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # TRL adapter (environment_factory)
-############################################################
 
 
 class SearchQAToolEnv(ToolEnvAdapter):

@@ -56,9 +56,8 @@ def _hop(
     return WorldQuestion(question, str(second[attr]), "bridge", template, (first.name, second.name), supporting)
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Bridge templates
-############################################################
 
 
 def _founder_birthplace(world: World, rng: np.random.Generator) -> WorldQuestion | None:
@@ -101,9 +100,8 @@ def _manufacturer_headquarters(world: World, rng: np.random.Generator) -> WorldQ
     return _hop(world, rng, "invention", "manufacturer", "headquarters", "manufacturer_headquarters", phrasing)
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Comparison templates
-############################################################
 
 
 def _compare(

@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ..prompts import THINK_CLOSE, THINK_OPEN
+
 
 ACTIONS_LINE = "Available actions: search[<query>], finish[<answer>]"
 BUDGET_SPENT_LINE = "Maximum search steps reached. Episode ended without an answer."
@@ -29,9 +31,8 @@ MAX_REQUESTED_RESULTS = 50  # RAGEN's client never asks the server for more
 SEARCH, FINISH, INVALID, FALLBACK = "search", "finish", "invalid", "fallback"  # RAGEN's `info["action_type"]` values
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Reading an action
-############################################################
 
 
 def read_action(text: str) -> tuple[str, str]:
@@ -44,9 +45,8 @@ def read_action(text: str) -> tuple[str, str]:
     return (FALLBACK, text) if text else (INVALID, "")
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # Pulling an answer out of free text
-############################################################
 
 _WHITESPACE = re.compile(r"\s+")
 _DOUBLE_STARRED = re.compile(r"\*\*([^*]+)\*\*")
@@ -68,9 +68,11 @@ def _drop_think_blocks(text: str) -> str:
     Once a `<think>` has no `</think>` after it, no later one has either, so the rest is kept as it is.
     """
     kept, position = [], 0
-    while (start := text.find("<think>", position)) >= 0 and (end := text.find("</think>", start + 7)) >= 0:
+    while (start := text.find(THINK_OPEN, position)) >= 0 and (
+        end := text.find(THINK_CLOSE, start + len(THINK_OPEN))
+    ) >= 0:
         kept.append(text[position:start])
-        position = end + len("</think>")
+        position = end + len(THINK_CLOSE)
     return "".join(kept) + text[position:]
 
 
@@ -124,9 +126,8 @@ def extract_answer(text: str) -> str:
     return text[:100].strip()
 
 
-############################################################
+# ---------------------------------------------------------------------------------------------------------------
 # What the agent sees
-############################################################
 
 
 def first_observation(question: str) -> str:

@@ -20,7 +20,7 @@ import json
 import uuid
 from typing import Any
 
-from ..base import StepResult, TextEnv, invalid_step
+from ..base import StepResult, TextEnv, not_started_step
 from ..tool_adapter import ToolEnvAdapter
 from .data import ShopConfig, load_shop
 from .engine import ShopSession
@@ -31,7 +31,7 @@ from .reward import rl_reward
 
 MAX_TURNS = 9  # RAGEN's WebShop: 9 turns, one action each
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Prompts
 
 INSTRUCTIONS_TEMPLATE = """You are shopping in WebShop, a simulated online store, for the product that the instruction on the page describes. Give exactly one action per turn:
@@ -56,7 +56,7 @@ def format_observation(page_text: str, actions: list[str]) -> str:
     return f"{page_text}\nAvailable actions: {', '.join(actions)}"
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Environment
 
 
@@ -80,6 +80,7 @@ class WebShopEnv(TextEnv):
     """
 
     name = "webshop"
+    takes_split = True
 
     def __init__(
         self,
@@ -123,7 +124,8 @@ class WebShopEnv(TextEnv):
         self.turn = 0
         self.episode_id = ""
 
-    # -- protocol ----------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # Protocol
 
     @property
     def catalog_name(self) -> str:
@@ -157,7 +159,7 @@ class WebShopEnv(TextEnv):
 
     def step(self, action: str) -> StepResult:
         if self.session is None:
-            return invalid_step("", "no episode: call reset() before step()", page=None, raw_reward=0.0, turn=0)
+            return not_started_step(page=None, raw_reward=0.0, turn=0)
         session = self.session
         before = session.state
         outcome = session.act(action)
@@ -191,7 +193,8 @@ class WebShopEnv(TextEnv):
         """RAGEN's list: `search[<content>]` where a search box is shown, then `click[...]` per clickable."""
         return self._session().available_actions()
 
-    # -- internals ---------------------------------------------------------------------------------------------
+    # -----------------------------------------------------------------------------------------------------------
+    # Internals
 
     def _session(self) -> ShopSession:
         if self.session is None:
@@ -226,7 +229,7 @@ class WebShopEnv(TextEnv):
         )
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # TRL adapter
 
 

@@ -95,7 +95,7 @@ def _check_dataset(dataset: str) -> None:
         raise ValueError(f"dataset={dataset!r} is not a WebShop data set; choose one of {sorted(DATASET_FILES)}")
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # WebShop's loader rules, on one raw record
 
 
@@ -156,7 +156,7 @@ def unique_raw_products(path: Path) -> Iterator[dict[str, Any]]:
             yield record
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Writers (each writes a temporary file and renames it, so a stopped run leaves no half file under the real name)
 
 
@@ -211,7 +211,7 @@ def _publish_status(remote: RemoteFile, size: int, sha256: str) -> str:
     return "matches the published SHA-256"
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # Getting the originals
 
 
@@ -283,7 +283,7 @@ def _import_loader_layout(source_dir: Path, folder: Path, result: PreparedData) 
         result.notes.append("no name_type_tokens*.json in the imported folder: the reward will tag names with spaCy")
 
 
-# ----------------------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------------------------
 # The command
 
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..run_logs import MI_SCOPES as SCOPES
 from .reasoning import ReasoningExtractor, ThinkTagExtractor
 
 
-SCOPES = ("first_turn", "trajectory")
 NEGATIVE_SAMPLING = ("random", "similar")
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from trl_ragen2_envs.prompts import THINK_CLOSE, THINK_OPEN
+
 
 ReasoningExtractor = Callable[[str], str]
 
@@ -41,8 +43,8 @@ class ThinkTagExtractor:
     (RAGEN's X ends with a literal `<think>`), unless it already does.
     """
 
-    open_tag: str = "<think>"
-    close_tag: str = "</think>"
+    open_tag: str = THINK_OPEN
+    close_tag: str = THINK_CLOSE
 
     def __post_init__(self):
         if not self.open_tag or not self.close_tag:

@@ -260,7 +260,8 @@ class TransformersCrossScorer:
                 self._pad_forward_calls(backbone, head, device, forward_calls_sync)
         return scores
 
-    # ------------------------------------------------------------------ internals
+    # -----------------------------------------------------------------------------------------------------------
+    # Internals
 
     def _backbone(self, backbone, **kwargs):
         self._calls["backbone"] += 1

@@ -170,7 +170,8 @@ class VLLMCrossScorer:
             )
         return scores
 
-    # ------------------------------------------------------------------ colocate
+    # -----------------------------------------------------------------------------------------------------------
+    # Colocate
 
     def _use_token_ids(self) -> bool:
         if self._token_id_path is None:
@@ -225,7 +226,8 @@ class VLLMCrossScorer:
                 self.llm.sleep(level=2)
                 generation._llm_weights_sleeping = True
 
-    # ------------------------------------------------------------------ server
+    # -----------------------------------------------------------------------------------------------------------
+    # Server
 
     def _score_server(self, sequences: list[list[int]], starts: list[int]) -> list[float]:
         from accelerate.utils import broadcast_object_list, gather_object
