@@ -149,6 +149,7 @@ def test_shopping_in_headless_chromium(env_kwargs, tmp_path, monkeypatch):
     chromium, chromedriver = _chromium_and_driver()
     monkeypatch.setenv("SE_OFFLINE", "true")  # never let Selenium Manager look for drivers online
     from selenium import webdriver
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -165,7 +166,8 @@ def test_shopping_in_headless_chromium(env_kwargs, tmp_path, monkeypatch):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
     try:
-        wait = WebDriverWait(driver, 20)
+        # an option click reloads the page, so an element found just before the reload may go stale: look again
+        wait = WebDriverWait(driver, 20, ignored_exceptions=(StaleElementReferenceException,))
         driver.get(f"{base}/new?seed={seed}")
         box = wait.until(ec.presence_of_element_located((By.ID, "search_input")))
         assert goal.instruction_text in driver.find_element(By.ID, "instruction-text").text

@@ -56,19 +56,19 @@ def main(out_dir):
     script_generation(trainer)
 
     trained_rows, keep_masks = [], []
-    compute_loss, select = trainer._compute_loss, trainer.select_groups_from_rewards
+    compute_loss, select = trainer._compute_loss, trainer._select_groups
 
     def recording_loss(model, inputs):
         mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
         trained_rows.append((trainer.state.global_step, int((mask.sum(dim=1) > 0).sum())))
         return compute_loss(model, inputs)
 
-    def recording_select(rewards):
-        keep = select(rewards)
+    def recording_select(rewards, decision):
+        keep, guard_added = select(rewards, decision)  # (P,) kept groups, groups the guard added
         keep_masks.append(keep.tolist())
-        return keep
+        return keep, guard_added
 
-    trainer._compute_loss, trainer.select_groups_from_rewards = recording_loss, recording_select
+    trainer._compute_loss, trainer._select_groups = recording_loss, recording_select
     trainer.train()
 
     rows_per_step = [0, 0, 0]
