@@ -25,7 +25,7 @@ their own input's target, the task of these inputs). The success drop is the fir
 half of its level before the drift; lead time = success drop minus alarm, both measured.
 
     python benchmarks/collapse_alarm.py --synthetic 30 --kit-runs 0   # the numbers in docs/method.md
-    python benchmarks/collapse_alarm.py --synthetic 50 --kit-runs 3   # with tiny-model runs (measured success)
+    python benchmarks/collapse_alarm.py --synthetic 0 --kit-runs 3    # the tiny-model runs in docs/method.md
     python benchmarks/collapse_alarm.py --synthetic 10 --kit-runs 0   # a quick look
 """
 

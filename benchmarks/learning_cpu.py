@@ -274,7 +274,7 @@ def parse_args(argv=None):
     parser.add_argument("--grpo_steps", type=int, default=6)
     parser.add_argument("--grpo_prompts", type=int, default=4)
     parser.add_argument("--grpo_generations", type=int, default=4)
-    parser.add_argument("--grpo_lr", type=float, default=2e-6)
+    parser.add_argument("--grpo_lr", type=float, default=1e-5)
     parser.add_argument("--mi_num_samples", type=int, default=16)
     parser.add_argument("--figures", default="docs/figures")
     parser.add_argument("--out", default=None, help="write all numbers as JSON here")
