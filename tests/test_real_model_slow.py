@@ -85,9 +85,10 @@ def test_rollout_runs_under_the_models_chatml_template():
     (episode,) = engine.run([EpisodeSpec("frozen_lake", seed=3)], reply)
     text = tokenizer.decode(episode.prompt_ids + episode.completion_ids)
     assert text.startswith("<|im_start|>system\nYou're a helpful assistant.") and text.count("<|im_start|>") == 5
-    # token ids are never re-tokenised: the whole chat equals the template's own rendering of the messages
-    rendered = tokenizer.apply_chat_template(episode.messages, tokenize=False, add_generation_prompt=True)
-    assert text == rendered + "<think>"
+    # token ids are never re-tokenised: the whole chat equals the template's own rendering of the messages, which
+    # ends with the last assistant turn and the newline the template writes after every <|im_end|>
+    rendered = tokenizer.apply_chat_template(episode.messages, tokenize=False)
+    assert episode.messages[-1]["role"] == "assistant" and text + "\n" == rendered
     assert episode.stats()["format_errors"] == 0 and episode.turns == 2
 
 
