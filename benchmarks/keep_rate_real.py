@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling be
 
 import torch  # noqa: E402
 from keep_rate_bandit import interval  # noqa: E402
-from learning_cpu import ENV, evaluate, play, rollout_config, solver_reply, specs, warm_start, wilson  # noqa: E402
+from learning_cpu import evaluate, grpo, play, rollout_config, solver_reply, specs, warm_start, wilson  # noqa: E402
 
 
 def modes(steps: int) -> dict[str, dict]:
@@ -56,35 +56,6 @@ def modes(steps: int) -> dict[str, dict]:
         "warmup 25%, 0.9": dict(fixed, reward_variance_warmup_steps=max(1, steps // 4)),
         "auto 0.9": dict(fixed, reward_variance_filtering="auto"),
     }
-
-
-def grpo(model_dir: str, output_dir: str, args, seed: int, keep_rate: dict):
-    """`args.grpo_steps` steps of SNRFilteredGRPOTrainer from `model_dir`; returns (per-step logs, trained model)."""
-    from datasets import Dataset
-
-    from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-    from trl_ragen2.agent_rollout import RagenRollout, env_return
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
-    from trl_ragen2_envs.datasets import build_rows
-
-    config = SNRFilteredGRPOConfig(
-        output_dir=output_dir, **CPU_TRAINING_KWARGS, num_generations=args.grpo_generations,
-        per_device_train_batch_size=args.grpo_prompts * args.grpo_generations, max_steps=args.grpo_steps,
-        learning_rate=args.grpo_lr, beta=0.0, loss_type="dapo", temperature=1.0, logging_steps=1,
-        save_strategy="no", seed=seed, max_completion_length=args.max_turns * (args.max_tokens_per_turn + 150),
-        disable_tqdm=True, reward_variance_top_p_mode="linear", reward_variance_include_zero=False,
-        reward_variance_empty_patience=0, mi_diagnostics=False, **keep_rate,
-    )  # fmt: skip
-    train = Dataset.from_list(
-        build_rows(ENV, "train", args.grpo_prompts * args.grpo_steps, start_index=args.sft_episodes)
-    )
-    trainer = SNRFilteredGRPOTrainer(
-        model=model_dir, reward_funcs=env_return, args=config, train_dataset=train,
-        rollout_func=RagenRollout(rollout_config(args)),
-    )  # fmt: skip
-    trainer.train()
-    logs = [entry for entry in trainer.state.log_history if "reward" in entry]
-    return logs, trainer.model.eval()
 
 
 def summary(logs: list[dict], key: str) -> float | None:
@@ -145,7 +116,8 @@ def main(argv=None):
             del model
             for name, keep_rate in settings.items():
                 torch.manual_seed(seed)
-                logs, trained = grpo(warm_dir, os.path.join(scratch, "run"), args, seed, keep_rate)
+                logs, trained = grpo(warm_dir, os.path.join(scratch, "run"), args, seed=seed, mi_diagnostics=False,
+                                     reward_variance_empty_patience=0, **keep_rate)  # fmt: skip
                 outcome = evaluate(trained, tokenizer, held_out, config)
                 outcome.update({key.split("/")[-1]: summary(logs, key) for key in (
                     "ragen2/filter/kept_fraction", "ragen2/filter/std_over_mean", "ragen2/filter/auto_on")})  # fmt: skip

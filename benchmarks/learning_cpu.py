@@ -164,8 +164,12 @@ def warm_start(model, tokenizer, episodes, *, epochs: int, lr: float, batch_size
 # GRPO
 
 
-def grpo(model_dir: str, output_dir: str, args, *, filtered: bool) -> tuple[list[dict], object]:
-    """`args.grpo_steps` steps of SNRFilteredGRPOTrainer from `model_dir`; returns (per-step logs, trained model)."""
+def grpo(model_dir: str, output_dir: str, args, *, filtered: bool = True, **overrides) -> tuple[list[dict], object]:
+    """`args.grpo_steps` steps of SNRFilteredGRPOTrainer from `model_dir`; returns (per-step logs, trained model).
+
+    `filtered` chooses top_p 0.9 (linear, zero-variance groups dropped) or no filter; `overrides` replace any of the
+    config fields below or add others (the seed, MI sample count, `benchmarks/keep_rate_real.py`'s keep-rate
+    settings)."""
     from datasets import Dataset
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
@@ -173,17 +177,17 @@ def grpo(model_dir: str, output_dir: str, args, *, filtered: bool) -> tuple[list
     from trl_ragen2.tiny import CPU_TRAINING_KWARGS
     from trl_ragen2_envs.datasets import build_rows
 
-    rows_per_step = args.grpo_prompts * args.grpo_generations
-    config = SNRFilteredGRPOConfig(
+    fields = dict(
         output_dir=output_dir, **{**CPU_TRAINING_KWARGS, "gradient_checkpointing": True},
-        num_generations=args.grpo_generations,
-        per_device_train_batch_size=rows_per_step, max_steps=args.grpo_steps, learning_rate=args.grpo_lr,
-        beta=0.0, loss_type="dapo", temperature=1.0, logging_steps=1, save_strategy="no", seed=args.seed,
-        max_completion_length=args.max_turns * (args.max_tokens_per_turn + 150), disable_tqdm=True,
+        num_generations=args.grpo_generations, per_device_train_batch_size=args.grpo_prompts * args.grpo_generations,
+        max_steps=args.grpo_steps, learning_rate=args.grpo_lr, beta=0.0, loss_type="dapo", temperature=1.0,
+        logging_steps=1, save_strategy="no", disable_tqdm=True,
+        max_completion_length=args.max_turns * (args.max_tokens_per_turn + 150),
         reward_variance_filtering="top_p" if filtered else None, reward_variance_top_p=0.9,
         reward_variance_top_p_mode="linear", reward_variance_include_zero=False,
-        reward_variance_empty_patience=args.grpo_steps + 1, mi_every_n_steps=1, mi_num_samples=args.mi_num_samples,
+        reward_variance_empty_patience=args.grpo_steps + 1, mi_every_n_steps=1,
     )  # fmt: skip
+    config = SNRFilteredGRPOConfig(**{**fields, **overrides})
     train = Dataset.from_list(
         build_rows(ENV, "train", args.grpo_prompts * args.grpo_steps, start_index=args.sft_episodes)
     )
@@ -331,7 +335,8 @@ def stage_grpo(args, results: dict, warm_dir: str, variant: str, scratch: str) -
     tokenizer = AutoTokenizer.from_pretrained(warm_dir)
     torch.manual_seed(args.seed)
     start = clock()
-    logs, trained = grpo(warm_dir, os.path.join(scratch, name), args, filtered=variant == "filtered")
+    logs, trained = grpo(warm_dir, os.path.join(scratch, name), args, filtered=variant == "filtered",
+                        seed=args.seed, mi_num_samples=args.mi_num_samples)  # fmt: skip
     results["time"][name] = since(start)
     results["logs"][name] = logs
     start = clock()
