@@ -7,12 +7,18 @@ import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+from trl_ragen2 import SNRFilteredGRPOConfig
 from trl_ragen2.grad_snr import aggregate, component_losses, global_norm, reward_variance_buckets
 from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model, tiny_model_path
 
 from .exactness import reference_gradient
-from .scripted import AMPLITUDES, dataset, parity_reward_for, script_generation, snapshot, tiny_trainer_args
+from .scripted import (
+    AMPLITUDES,
+    dataset,
+    parity_reward_for,
+    scripted_trainer,
+    snapshot,
+)
 
 
 PROMPTS = list(AMPLITUDES)  # group rewards [0, a, 0, a]: variances 0, 1/3, 100/3, 0
@@ -64,14 +70,7 @@ def report_trainer(tmp_path, tokenizer, model=None, **overrides):
         max_steps=1,
     )
     settings.update(overrides)
-    trainer = SNRFilteredGRPOTrainer(
-        model=model if model is not None else make_tiny_model(tokenizer, seed=0),
-        reward_funcs=parity_reward_for(AMPLITUDES),
-        args=tiny_trainer_args(tmp_path, SNRFilteredGRPOConfig, **settings),
-        train_dataset=dataset(PROMPTS),
-        processing_class=tokenizer,
-    )
-    return script_generation(trainer)
+    return scripted_trainer(tmp_path, tokenizer, prompts=PROMPTS, model=model, **settings)
 
 
 def capture(trainer):
