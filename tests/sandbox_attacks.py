@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -107,7 +108,10 @@ def submit(env: DeepCoderEnv, program: str, seed: int = 0):
 def fifo_result(make_env, tmp_dir):
     """A program that makes `result.json` a FIFO and exits without answering: the judge must not hang."""
     env = humaneval_env(make_env, tmp_dir)
-    program = "import os\nos.mkfifo('result.json')\nos.mkfifo('/tmp/result.json')\nos._exit(0)"
+    program = (
+        "import os, tempfile\nos.mkfifo('result.json')\n"
+        "os.mkfifo(os.path.join(tempfile.gettempdir(), 'result.json'))\nos._exit(0)"
+    )
     reward, info, took = submit(env, program)
     return reward == 0 and took < 10, f"reward {reward} in {took:.1f} s, statuses {info['statuses']}"
 
@@ -309,17 +313,18 @@ def memory_across_processes(make_env, tmp_dir):
 
 
 def tmp_fill(make_env, tmp_dir):
-    """Write up to 96 MiB of files in /tmp with max_tmp_mb=16: what may be stored is capped."""
+    """Write up to 96 MiB of files in the temp folder with max_tmp_mb=16: what may be stored is capped."""
     marker = _marker()
     program = (
-        f"import os\nos.makedirs('/tmp/{marker}', exist_ok=True)\ntotal = 0\nchunk = b'x' * (1 << 20)\n"
-        f"for index in range(96):\n    try:\n        with open(f'/tmp/{marker}/{{index}}', 'wb') as f:\n"
+        f"import os, tempfile\nfolder = os.path.join(tempfile.gettempdir(), '{marker}')\n"
+        "os.makedirs(folder, exist_ok=True)\ntotal = 0\nchunk = b'x' * (1 << 20)\n"
+        "for index in range(96):\n    try:\n        with open(os.path.join(folder, str(index)), 'wb') as f:\n"
         "            f.write(chunk)\n        total += 1\n    except OSError:\n        break\nprint(total)"
     )
     try:
         run = run_program(make_env, program, max_tmp_mb=16, timeout_s=4.0)
     finally:
-        shutil.rmtree(f"/tmp/{marker}", ignore_errors=True)
+        shutil.rmtree(os.path.join(tempfile.gettempdir(), marker), ignore_errors=True)
     stored = int(run.stdout.split()[0]) if run.stdout.split() else -1
     return 0 <= stored <= 16, f"stored {stored} MiB (cap 16 MiB)"
 
