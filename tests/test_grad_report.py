@@ -162,6 +162,36 @@ def test_the_training_step_is_the_same_with_and_without_the_report(tmp_path, tin
         assert torch.equal(value, report_params[name]), name  # bitwise: no gradient, optimizer or RNG change
 
 
+@pytest.mark.parametrize("beta, terms", [(0.0, 2), (0.04, 3)])
+def test_a_report_costs_one_forward_pass_per_term_over_every_row(tmp_path, tiny_tokenizer, beta, terms):
+    """The documented cost: per report, each term (task and entropy, plus KL when beta > 0) is one forward (and
+    backward) pass over every row of the generation batch."""
+    trainer = report_trainer(tmp_path, tiny_tokenizer, model=tiny_model_path(seed=0), beta=beta)
+    measuring, rows_forwarded, batch_rows = [], [], []
+
+    def count_rows(module, args, kwargs):
+        if measuring:
+            rows_forwarded.append((kwargs.get("input_ids") if "input_ids" in kwargs else args[0]).shape[0])
+
+    measure = trainer.gradient_report.measure
+
+    def counted_measure(trainer_, batch, rewards):
+        batch_rows.append(batch["completion_mask"].shape[0])
+        measuring.append(True)
+        try:
+            return measure(trainer_, batch, rewards)
+        finally:
+            measuring.clear()
+
+    trainer.gradient_report.measure = counted_measure
+    handle = trainer.model.register_forward_pre_hook(count_rows, with_kwargs=True)
+    try:
+        trainer.train()
+    finally:
+        handle.remove()
+    assert batch_rows and sum(rows_forwarded) == terms * sum(batch_rows)
+
+
 def test_schedule_resumes_at_the_next_multiple():
     from trl_ragen2.grad_report import GradientReport
 
