@@ -8,7 +8,8 @@ step 2 does not, so one run gives
 (a) the amortised overhead: diagnostics time / (every_n_steps x step time without them);
 (b) the scorer's throughput (real tokens it feeds the model per second) as a fraction of the same model's plain
     batched forward (`model(input_ids).logits`, rows as long as the mean context) on the same token count, measured
-    right after it in the same process; and the same without prefix-KV reuse (the previous scorer);
+    right after it in the same process; and the same without prefix-KV reuse, without packing chains into lanes,
+    and with narrower and wider lanes;
 (c) the cheap mode: the same batch with `num_negatives` K in (4, 8), its time and how far its proxies move.
 
 Scored-token counts are printed beside the cost model of `docs/scaling.md`. Wall time on a shared machine is noisy;
@@ -34,23 +35,6 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 import torch  # noqa: E402
 
 from trl_ragen2.run_logs import MI_SCOPES  # noqa: E402
-
-
-class TokenCounter:
-    """Counts the real tokens fed to a backbone (input ids, minus the right padding of chain chunks)."""
-
-    def __init__(self, backbone):
-        self.tokens = 0
-        self.handle = backbone.register_forward_pre_hook(self._count, with_kwargs=True)
-
-    def _count(self, module, args, kwargs):
-        ids = kwargs.get("input_ids")
-        mask = kwargs.get("attention_mask")
-        if ids is not None:
-            self.tokens += int(mask[:, -ids.shape[1] :].sum()) if mask is not None else ids.numel()
-
-    def close(self):
-        self.handle.remove()
 
 
 def timed(fn):
@@ -124,15 +108,13 @@ def step_cpu_callback():
 def diagnostics_pass(model, tokenizer, rows, batch, **config):
     """One full diagnostics computation on a stored batch; returns (metrics, wall s, CPU s, real tokens fed)."""
     from trl_ragen2.diagnostics import MIDiagnostics, MIDiagnosticsConfig
-    from trl_ragen2.scoring import TransformersCrossScorer, resolve_causal_lm
+    from trl_ragen2.scoring import TransformersCrossScorer
 
-    reuse = config.pop("reuse_prefix", True)
-    scorer = TransformersCrossScorer(model, reuse_prefix=reuse)
-    counter = TokenCounter(resolve_causal_lm(model)[1])
+    scorer_options = {key: config.pop(key) for key in ("reuse_prefix", "pack_tokens") if key in config}
+    scorer = TransformersCrossScorer(model, **scorer_options)
     diagnostics = MIDiagnostics(MIDiagnosticsConfig(**config), scorer=scorer)
     metrics, wall, cpu = timed(lambda: diagnostics.compute(batch, rows, tokenizer=tokenizer, scorer=scorer))
-    counter.close()
-    return metrics, wall, cpu, counter.tokens
+    return metrics, wall, cpu, scorer.tokens_fed
 
 
 def plain_forward(model, num_tokens: int, row_length: int, rows_per_forward: int = 8):
@@ -186,21 +168,24 @@ def main(argv=None):
 
     rows, batch = captured["rows"], captured["batch"]
     exact, wall, cpu, tokens = diagnostics_pass(model, tokenizer, rows, batch)
-    _, wall_old, cpu_old, tokens_old = diagnostics_pass(model, tokenizer, rows, batch, reuse_prefix=False)
     contexts = batch["prompt_mask"].sum(1).double().mean() + batch["completion_mask"].sum(1).double().mean() / 2
     plain_tokens, plain_wall, plain_cpu = plain_forward(model, tokens, int(contexts))
     plain_rate = plain_tokens / plain_cpu
     results.update(
-        scored_tokens=tokens, scored_tokens_without_reuse=tokens_old, diagnostics_wall_s=wall, diagnostics_cpu_s=cpu,
-        diagnostics_cpu_s_without_reuse=cpu_old, plain_forward_tokens=plain_tokens, plain_forward_cpu_s=plain_cpu,
-        plain_forward_wall_s=plain_wall, throughput_fraction=(tokens / cpu) / plain_rate,
-        throughput_fraction_without_reuse=(tokens_old / cpu_old) / plain_rate,
-        speedup_from_reuse=cpu_old / cpu,
+        scored_tokens=tokens, diagnostics_wall_s=wall, diagnostics_cpu_s=cpu, plain_forward_tokens=plain_tokens,
+        plain_forward_cpu_s=plain_cpu, plain_forward_wall_s=plain_wall, throughput_fraction=(tokens / cpu) / plain_rate,
     )  # fmt: skip
-    print(f"(b) exact scoring: {tokens} tokens in {cpu:.1f} CPU s ({wall:.1f} wall) = "
-          f"{results['throughput_fraction']:.2f} x the plain forward ({plain_tokens} tokens, {plain_cpu:.1f} CPU s); "
-          f"without prefix reuse {tokens_old} tokens in {cpu_old:.1f} CPU s "
-          f"({results['throughput_fraction_without_reuse']:.2f} x)")  # fmt: skip
+    print(f"(b) exact scoring (defaults): {tokens} tokens in {cpu:.1f} CPU s ({wall:.1f} wall) = "
+          f"{results['throughput_fraction']:.2f} x the plain forward ({plain_tokens} tokens, {plain_cpu:.1f} CPU s)")
+    variants = {"without prefix reuse": dict(reuse_prefix=False), "without packing": dict(pack_tokens=None),
+                "lanes of 64": dict(pack_tokens=64), "lanes of 256": dict(pack_tokens=256)}  # fmt: skip
+    results["variants"] = {}
+    for name, options in variants.items():
+        _, _, cpu_v, tokens_v = diagnostics_pass(model, tokenizer, rows, batch, **options)
+        results["variants"][name] = {"tokens": tokens_v, "cpu_s": cpu_v, "cpu_over_default": cpu_v / cpu,
+                                     "throughput_fraction": (tokens_v / cpu_v) / plain_rate}  # fmt: skip
+        print(f"    {name}: {tokens_v} tokens in {cpu_v:.1f} CPU s ({cpu_v / cpu:.2f} x the default's time, "
+              f"{results['variants'][name]['throughput_fraction']:.2f} x the plain forward)")
     keys = ("retrieval_acc", "mi_est", "mi_seq_est")
     for k in (4, 8):
         cheap, _, cpu_k, tokens_k = diagnostics_pass(model, tokenizer, rows, batch, num_negatives=k)

@@ -74,6 +74,8 @@ def test_histories_reuse_their_shared_prefix_exactly(tiny_model, tiny_tokenizer)
     # each context runs only the tokens it does not share with the previous one (at least its last token), in sorted
     # order: system, +b, +a, +turn0 / +turn2 (after a), +turn1 (after turn0), the duplicate (its last token only)
     assert sorted(fed) == sorted([9, 7, 6, 5, 6, 4, 1]) and sum(fed) < sum(map(len, contexts))
+    # tokens_fed counts the real tokens: those contexts, then 2 + 0 + 7 chain tokens under each of the 7 contexts
+    assert scorer.tokens_fed == sum(fed) + 9 * len(contexts)
 
 
 def test_mask_scores_only_requested_pairs(tiny_model, batch):
@@ -172,3 +174,54 @@ def test_default_logits_budget_is_64_mb_for_any_vocabulary():
         assert lm_head_rows(vocab) == rows and rows * vocab * 4 <= 64 * 2**20
     assert DEFAULT_MAX_LOGITS_ELEMENTS == 2**24
     assert lm_head_rows(2**25) == 1  # a vocabulary larger than the budget still projects one row at a time
+
+
+def _chain_forward_rows(model, fn):
+    """Run `fn()`; return its scores and the rows of every chain forward (the backbone calls with an attention mask)."""
+    rows = []
+
+    def record(module, args, kwargs):
+        if kwargs.get("attention_mask") is not None:
+            rows.append(kwargs["input_ids"].shape[0])
+
+    handle = model.model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        return fn(), rows
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("pack_tokens", [None, 1, 5, 16, 128])
+def test_packed_lanes_match_naive_concatenation(tiny_model, batch, attention, pack_tokens):
+    """Chains side by side in one row see only the context and themselves: a leak across lane neighbours, or a
+    position that does not restart after the context, changes the scores."""
+    contexts, chains = batch
+    tiny_model.set_attn_implementation(attention)
+    naive = naive_cross_scores(tiny_model, contexts, chains)
+    scorer = TransformersCrossScorer(tiny_model, pack_tokens=pack_tokens, max_tokens_per_chunk=96)
+    fast, rows = _chain_forward_rows(tiny_model, lambda: scorer.score(contexts, chains))
+    torch.testing.assert_close(fast, naive, atol=1e-4, rtol=0)
+    # tokens fed per chain: 0 (a one-token chain), 1, 8, 30, 5, 16, 3 -> lanes first-fit, longest first
+    lanes = {None: 6, 1: 6, 5: 5, 16: 4, 128: 1}[pack_tokens]
+    assert sum(rows) == lanes * len(contexts)
+
+
+def test_sliding_window_models_score_one_chain_per_row(tiny_tokenizer, batch):
+    """A sliding-window cache has dropped old positions, so no custom 4D mask: every chain runs in its own row."""
+    from trl_ragen2.tiny import make_tiny_model
+
+    contexts, chains = batch
+    model = make_tiny_model(tiny_tokenizer)
+    config = model.config
+    config.use_sliding_window, config.sliding_window, config.max_window_layers = True, 8, 0
+    config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    model = type(model)(config).eval()
+    fast, rows = _chain_forward_rows(model, lambda: TransformersCrossScorer(model).score(contexts, chains))
+    torch.testing.assert_close(fast, naive_cross_scores(model, contexts, chains), atol=1e-4, rtol=0)
+    assert sum(rows) == 6 * len(contexts)
+
+
+def test_pack_tokens_is_validated(tiny_model):
+    with pytest.raises(ValueError, match="pack_tokens must be >= 1 or None"):
+        TransformersCrossScorer(tiny_model, pack_tokens=0)

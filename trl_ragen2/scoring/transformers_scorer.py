@@ -6,11 +6,14 @@ over every position. [`TransformersCrossScorer`] instead
 1. runs each context x_m once (`use_cache=True`) and keeps its KV cache; the last position's logits give
    log p(z_1 | x_m) for every chain at once. Contexts run in sorted order and each reuses the cached prefix it
    shares with the one before it, so a history's earlier turns, a group's prompt and the system prompt run once;
-2. sorts the chains by length and cuts them into chunks whose rows x (|x_m| + longest chain) stay under
-   `max_tokens_per_chunk`;
-3. per chunk, expands the cache to the chunk's rows (a broadcast view; the forward's concatenation copies it) and
-   feeds the right-padded chains with position ids continuing after the context and an attention mask covering
-   context + chain padding;
+2. packs the chains of one context side by side into lanes of up to `pack_tokens` tokens, each chain restarting
+   its positions after the context, under a block-causal 4D attention mask: a chain sees the context and its own
+   earlier tokens, never its lane neighbours. Where a 4D mask cannot be passed (attention kernels other than
+   `sdpa`/`eager`, sliding-window caches) every chain is its own lane;
+3. cuts the lanes into chunks whose rows x (|x_m| + lane width) stay under `max_tokens_per_chunk`, and per chunk
+   expands the cache to the chunk's rows (a broadcast view; the forward's concatenation copies it). Packing is what
+   keeps this cheap: the context's KV is copied (and repeated across grouped-query heads) once per lane, not once per
+   chain, and short chains leave no right padding;
 4. projects only the real chain positions through the LM head, at most `max_logits_elements // vocab` rows at a
    time (64 MB of fp32 logits by default, whatever the vocabulary), and takes log-softmax via a fused
    cross-entropy, so a `[rows, vocab]` logits tensor is never built for the whole batch.
@@ -38,6 +41,8 @@ from tqdm.auto import tqdm
 
 
 DEFAULT_MAX_LOGITS_ELEMENTS = 2**24  # 64 MB of fp32 logits per LM-head projection
+DEFAULT_PACK_TOKENS = 128  # lane width: a few reasoning turns side by side (benchmarks/mi_cost.py compares widths)
+PACKABLE_ATTENTION = ("sdpa", "eager")  # kernels that take a custom 4D additive mask as it is
 
 
 def lm_head_rows(vocab_size: int, max_logits_elements: int = DEFAULT_MAX_LOGITS_ELEMENTS) -> int:
@@ -177,6 +182,8 @@ class TransformersCrossScorer:
         show_progress (`bool`, defaults to `False`): show a progress bar over the contexts while scoring.
         reuse_prefix (`bool`, defaults to `True`): reuse the KV cache of the prefix a context shares with the one
             scored before it (`False` runs every context from its first token; the scores are the same).
+        pack_tokens (`int` or `None`, defaults to `128`): lane width for packing a context's chains into one row
+            (a longer chain gets a lane of its own). `None` scores every chain in its own row; the scores are the same.
 
     ```python
     scorer = TransformersCrossScorer(model)
@@ -194,6 +201,7 @@ class TransformersCrossScorer:
         accelerator=None,
         show_progress: bool = False,
         reuse_prefix: bool = True,
+        pack_tokens: int | None = DEFAULT_PACK_TOKENS,
     ):
         if max_tokens_per_chunk < 1:
             raise ValueError(f"max_tokens_per_chunk must be >= 1, got {max_tokens_per_chunk}")
@@ -201,6 +209,8 @@ class TransformersCrossScorer:
             raise ValueError(f"max_logits_elements must be >= 1, got {max_logits_elements}")
         if lm_head_chunk_rows is not None and lm_head_chunk_rows < 1:
             raise ValueError(f"lm_head_chunk_rows must be >= 1 or None, got {lm_head_chunk_rows}")
+        if pack_tokens is not None and pack_tokens < 1:
+            raise ValueError(f"pack_tokens must be >= 1 or None (no packing), got {pack_tokens}")
         self.model = model
         self.max_tokens_per_chunk = max_tokens_per_chunk
         self.max_logits_elements = max_logits_elements
@@ -208,6 +218,8 @@ class TransformersCrossScorer:
         self.accelerator = accelerator
         self.show_progress = show_progress
         self.reuse_prefix = reuse_prefix
+        self.pack_tokens = pack_tokens
+        self.tokens_fed = 0  # real (unpadded) tokens fed to the backbone by every score call so far
 
     def score(
         self,
@@ -233,6 +245,7 @@ class TransformersCrossScorer:
         lm, backbone, head = resolve_causal_lm(self.model, self.accelerator)
         self._cache_kwarg = "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"
         self._softcap = getattr(lm.config, "final_logit_softcapping", None)
+        self._attention = getattr(lm.config, "_attn_implementation", None)
         self._calls = {"backbone": 0, "head": 0}
         scores = torch.full(mask.shape, float("nan"), dtype=torch.float64)
         with scoring_mode(lm):
@@ -290,12 +303,27 @@ class TransformersCrossScorer:
             out[start:stop] = -F.cross_entropy(logits, targets[start:stop], reduction="none")
         return out
 
-    def _chunks(self, context_len: int, lengths: list[int]) -> list[list[int]]:
-        """Indices into `lengths`, longest first, grouped under the token budget."""
+    def _lanes(self, lengths: list[int], packable: bool) -> list[list[int]]:
+        """Indices into `lengths` (tokens fed per chain), longest first, packed first-fit into lanes of `pack_tokens`."""
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-        chunks, current = [], []
+        if not packable or self.pack_tokens is None:
+            return [[i] for i in order]
+        lanes, room = [], []
         for i in order:
-            width = context_len + lengths[current[0]] if current else 0
+            fit = next((lane for lane, free in enumerate(room) if free >= lengths[i]), None)
+            if fit is None:
+                lanes.append([i])
+                room.append(self.pack_tokens - lengths[i])
+            else:
+                lanes[fit].append(i)
+                room[fit] -= lengths[i]
+        return lanes
+
+    def _chunks(self, context_len: int, widths: list[int]) -> list[list[int]]:
+        """Indices into `widths` (widest first), grouped so that rows x (context + widest row) stays under budget."""
+        chunks, current = [], []
+        for i in sorted(range(len(widths)), key=lambda i: -widths[i]):
+            width = context_len + widths[current[0]] if current else 0
             if current and (len(current) + 1) * width > self.max_tokens_per_chunk:
                 chunks.append(current)
                 current = []
@@ -319,6 +347,7 @@ class TransformersCrossScorer:
             kwargs["cache"] = prefix
             kwargs["position_ids"] = torch.arange(reused, len(context), device=device)[None]
         hidden, cache = self._backbone(backbone, **kwargs)
+        self.tokens_fed += len(context) - reused
         self._previous = (context, cache)
         return hidden[:, -1], cache
 
@@ -331,36 +360,63 @@ class TransformersCrossScorer:
             last_logits = torch.tanh(last_logits / self._softcap) * self._softcap
         last_logps = last_logits.log_softmax(-1)[0]
         sums = last_logps[torch.tensor([chain[0] for chain in chains], device=device)].double().cpu()  # (n,)
-        for chunk in self._chunks(context_len, [len(chain) for chain in chains]):
-            fed = [chains[i][:-1] for i in chunk]  # the last token is predicted, never fed
-            width = max(len(ids) for ids in fed)
-            if width == 0:
-                continue  # one-token chains: the context's last position already scored them
-            rows = len(chunk)
-            input_ids = torch.zeros(rows, width, dtype=torch.long)
-            targets = torch.zeros(rows, width, dtype=torch.long)
-            valid = torch.zeros(rows, width, dtype=torch.bool)
-            for r, i in enumerate(chunk):
-                n = len(fed[r])
-                input_ids[r, :n] = torch.tensor(fed[r])
-                targets[r, :n] = torch.tensor(chains[i][1:])
-                valid[r, :n] = True
-            attention_mask = torch.cat([torch.ones(rows, context_len, dtype=torch.long), valid.long()], dim=1)
-            position_ids = (context_len + torch.arange(width)).expand(rows, width)
+        fed = [chain[:-1] for chain in chains]  # the last token is predicted, never fed
+        # a 4D mask replaces the model's own masks: only for full-attention caches under kernels that take it as is
+        packable = self._attention in PACKABLE_ATTENTION and _has_layers(cache, _layer_types("DynamicLayer"))
+        lanes = [lane for lane in self._lanes([len(ids) for ids in fed], packable) if sum(len(fed[i]) for i in lane)]
+        widths = [sum(len(fed[i]) for i in lane) for lane in lanes]  # one-token chains feed nothing
+        for chunk in self._chunks(context_len, widths):
+            chunk_lanes = [lanes[k] for k in chunk]
+            inputs = self._lane_inputs(chunk_lanes, fed, chains, context_len, packed=packable, dtype=last_hidden.dtype)
             chunk_hidden, _ = self._backbone(
                 backbone,
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                position_ids=position_ids.to(device),
-                cache=_expand_cache(cache, rows),
+                input_ids=inputs["input_ids"].to(device),
+                attention_mask=inputs["attention_mask"].to(device),
+                position_ids=inputs["position_ids"].to(device),
+                cache=_expand_cache(cache, len(chunk_lanes)),
             )  # (rows, width, H)
-            valid = valid.to(device)
-            token_logps = self._token_logprobs(head, chunk_hidden[valid], targets.to(device)[valid])  # (T,)
-            row_of_token = torch.arange(rows, device=device)[:, None].expand(rows, width)[valid]
-            per_row = torch.zeros(rows, dtype=torch.float64, device=device)
-            per_row.index_add_(0, row_of_token, token_logps.double())
-            sums[chunk] += per_row.cpu()
+            valid = inputs["chain"] >= 0  # (rows, width)
+            self.tokens_fed += int(valid.sum())
+            token_logps = self._token_logprobs(head, chunk_hidden[valid.to(device)], inputs["targets"][valid].to(device))
+            per_chain = torch.zeros(len(chains), dtype=torch.float64)
+            per_chain.index_add_(0, inputs["chain"][valid], token_logps.double().cpu())  # (n,)
+            sums += per_chain
         return sums
+
+    @staticmethod
+    def _lane_inputs(lanes, fed, chains, context_len: int, *, packed: bool, dtype) -> dict[str, torch.Tensor]:
+        """Right-padded rows of side-by-side chains, with positions restarting after the context for each chain.
+
+        `chain` (rows, width) names the chain of every position (-1: padding). Packed rows get a `(rows, 1, width,
+        context + width)` additive mask (a chain sees the context and its own earlier tokens); unpacked rows, one chain
+        each, the plain `(rows, context + width)` padding mask.
+        """
+        rows, width = len(lanes), max(sum(len(fed[i]) for i in lane) for lane in lanes)
+        input_ids = torch.zeros(rows, width, dtype=torch.long)
+        targets = torch.zeros(rows, width, dtype=torch.long)
+        chain = torch.full((rows, width), -1, dtype=torch.long)
+        offset = torch.zeros(rows, width, dtype=torch.long)  # position within its own chain
+        for r, lane in enumerate(lanes):
+            start = 0
+            for i in lane:
+                n = len(fed[i])
+                input_ids[r, start : start + n] = torch.tensor(fed[i])
+                targets[r, start : start + n] = torch.tensor(chains[i][1:])
+                chain[r, start : start + n] = i
+                offset[r, start : start + n] = torch.arange(n)
+                start += n
+        position_ids = context_len + offset
+        valid = chain >= 0
+        if not packed:
+            attention_mask = torch.cat([torch.ones(rows, context_len, dtype=torch.long), valid.long()], dim=1)
+        else:
+            same = (chain[:, :, None] == chain[:, None, :]) & valid[:, :, None]  # (rows, query, key)
+            causal = offset[:, None, :] <= offset[:, :, None]
+            sees = torch.cat([torch.ones(rows, width, context_len, dtype=torch.bool), same & causal], dim=2)
+            attention_mask = torch.zeros(rows, 1, width, context_len + width, dtype=dtype)
+            attention_mask.masked_fill_(~sees[:, None], torch.finfo(dtype).min)
+        return {"input_ids": input_ids, "targets": targets, "chain": chain, "position_ids": position_ids,
+                "attention_mask": attention_mask}  # fmt: skip
 
     def _pad_forward_calls(self, backbone, head, device, sync: Callable[[int], int]) -> None:
         for kind in ("backbone", "head"):
