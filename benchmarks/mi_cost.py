@@ -175,8 +175,10 @@ def main(argv=None):
         scored_tokens=tokens, diagnostics_wall_s=wall, diagnostics_cpu_s=cpu, plain_forward_tokens=plain_tokens,
         plain_forward_cpu_s=plain_cpu, plain_forward_wall_s=plain_wall, throughput_fraction=(tokens / cpu) / plain_rate,
     )  # fmt: skip
-    print(f"(b) exact scoring (defaults): {tokens} tokens in {cpu:.1f} CPU s ({wall:.1f} wall) = "
-          f"{results['throughput_fraction']:.2f} x the plain forward ({plain_tokens} tokens, {plain_cpu:.1f} CPU s)")
+    print(
+        f"(b) exact scoring (defaults): {tokens} tokens in {cpu:.1f} CPU s ({wall:.1f} wall) = "
+        f"{results['throughput_fraction']:.2f} x the plain forward ({plain_tokens} tokens, {plain_cpu:.1f} CPU s)"
+    )
     variants = {"without prefix reuse": dict(reuse_prefix=False), "without packing": dict(pack_tokens=None),
                 "lanes of 64": dict(pack_tokens=64), "lanes of 256": dict(pack_tokens=256)}  # fmt: skip
     results["variants"] = {}
@@ -184,8 +186,10 @@ def main(argv=None):
         _, _, cpu_v, tokens_v = diagnostics_pass(model, tokenizer, rows, batch, **options)
         results["variants"][name] = {"tokens": tokens_v, "cpu_s": cpu_v, "cpu_over_default": cpu_v / cpu,
                                      "throughput_fraction": (tokens_v / cpu_v) / plain_rate}  # fmt: skip
-        print(f"    {name}: {tokens_v} tokens in {cpu_v:.1f} CPU s ({cpu_v / cpu:.2f} x the default's time, "
-              f"{results['variants'][name]['throughput_fraction']:.2f} x the plain forward)")
+        print(
+            f"    {name}: {tokens_v} tokens in {cpu_v:.1f} CPU s ({cpu_v / cpu:.2f} x the default's time, "
+            f"{results['variants'][name]['throughput_fraction']:.2f} x the plain forward)"
+        )
     keys = ("retrieval_acc", "mi_est", "mi_seq_est")
     for k in (4, 8):
         cheap, _, cpu_k, tokens_k = diagnostics_pass(model, tokenizer, rows, batch, num_negatives=k)

@@ -167,6 +167,7 @@ def test_a_broken_batch_is_reported_not_raised(tiny_tokenizer, caplog):
         ("scopes", ("first_turn", "all")),
         ("engine", "sglang"),
         ("max_tokens_per_chunk", 0),
+        ("pack_tokens", 0),
         ("num_negatives", 0),
         ("negative_sampling", "hardest"),
         ("marginal", "mean"),

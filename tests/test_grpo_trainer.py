@@ -210,6 +210,14 @@ def test_mi_config_errors_name_the_trainer_field(tmp_path):
     assert (config.every_n_steps, config.scopes, config.ema_alpha, config.seed) == (3, ("trajectory",), 0.5, 7)
 
 
+def test_mi_scorer_takes_the_trainers_scoring_budgets(tmp_path, tiny_tokenizer):
+    trainer = scripted_trainer(tmp_path, tiny_tokenizer, mi_pack_tokens=None, mi_max_tokens_per_chunk=512)
+    scorer = trainer.mi_diagnostics._scorer_for(trainer)
+    assert (scorer.pack_tokens, scorer.max_tokens_per_chunk) == (None, 512)
+    with pytest.raises(ValueError, match=r"^mi_pack_tokens=0 is invalid; use an integer >= 1, or None"):
+        make_args(tmp_path, mi_pack_tokens=0)
+
+
 def test_model_card_carries_tags_and_citation(tmp_path, tiny_tokenizer):
     trainer = scripted_trainer(tmp_path, tiny_tokenizer)
     trainer.model_card_details["Catalogue"] = "procedural-100-seed0"

@@ -75,6 +75,8 @@ class MIDiagnosticsConfig:
         engine (`str`, defaults to `"auto"`): `"transformers"` (exact, KV-cache reuse), `"vllm"` (the trainer's vLLM
             prompt logprobs), or `"auto"` (vLLM when the trainer uses it).
         max_tokens_per_chunk (`int`, defaults to `16384`): token budget of one scoring forward (transformers).
+        pack_tokens (`int` or `None`, defaults to `128`): lane width for packing chains side by side (transformers);
+            `None` scores one chain per row. The scores are the same; only the time changes.
         num_negatives (`int` or `None`, defaults to `None`): score each chain against its own context and this many
             negatives instead of all columns: cheaper, but a biased estimate (random negatives: InfoNCE, biased low,
             at most log(K+1); similar negatives: MI overestimated).
@@ -102,6 +104,7 @@ class MIDiagnosticsConfig:
     scopes: tuple[str, ...] = SCOPES
     engine: str = "auto"
     max_tokens_per_chunk: int = 16384
+    pack_tokens: int | None = 128
     num_negatives: int | None = None
     negative_sampling: str = "random"
     marginal: str = "ragen"
@@ -131,6 +134,12 @@ class MIDiagnosticsConfig:
             ),
             ("engine", self.engine, self.engine in ENGINES, f"choose one of {ENGINES}"),
             ("max_tokens_per_chunk", self.max_tokens_per_chunk, self.max_tokens_per_chunk >= 1, "use an integer >= 1"),
+            (
+                "pack_tokens",
+                self.pack_tokens,
+                self.pack_tokens is None or self.pack_tokens >= 1,
+                "use an integer >= 1, or None for one chain per row",
+            ),
             (
                 "num_negatives",
                 self.num_negatives,
@@ -239,6 +248,7 @@ class MIDiagnostics:
             self.scorer = TransformersCrossScorer(
                 trainer.model,
                 max_tokens_per_chunk=self.config.max_tokens_per_chunk,
+                pack_tokens=self.config.pack_tokens,
                 accelerator=trainer.accelerator,
                 show_progress=trainer.accelerator.is_main_process and not trainer.args.disable_tqdm,
             )

@@ -304,6 +304,7 @@ MI_CONFIG_FIELDS = {
     "scopes": "mi_scopes",
     "engine": "mi_engine",
     "max_tokens_per_chunk": "mi_max_tokens_per_chunk",
+    "pack_tokens": "mi_pack_tokens",
     "num_negatives": "mi_num_negatives",
     "negative_sampling": "mi_negative_sampling",
     "marginal": "mi_marginal",
@@ -339,6 +340,9 @@ class MIDiagnosticsArguments:
             `"auto"` (vLLM when the trainer generates with it).
         mi_max_tokens_per_chunk (`int`, *optional*, defaults to `16384`):
             Token budget of one scoring forward pass (transformers engine): bounds its memory.
+        mi_pack_tokens (`int` or `None`, *optional*, defaults to `128`):
+            Lane width for packing a context's chains side by side in one row (transformers engine); `None` scores one
+            chain per row. The scores are the same.
         mi_num_negatives (`int` or `None`, *optional*, defaults to `None`):
             Score each chain against its own prompt and this many negatives instead of every prompt: cheaper, but a
             biased estimate.
@@ -368,6 +372,9 @@ class MIDiagnosticsArguments:
     )
     mi_engine: str = field(default="auto", metadata={"help": "'transformers', 'vllm' or 'auto'."})
     mi_max_tokens_per_chunk: int = field(default=16384, metadata={"help": "Token budget of one scoring forward."})
+    mi_pack_tokens: int | None = field(
+        default=128, metadata={"help": "Lane width for packing chains side by side in scoring (None: one per row)."}
+    )
     mi_num_negatives: int | None = field(
         default=None, metadata={"help": "Negatives per chain instead of all prompts (biased, cheaper)."}
     )

@@ -170,7 +170,7 @@ class TransformersCrossScorer:
     Args:
         model: a causal LM (`*ForCausalLM`), possibly PEFT- or accelerate/DDP-wrapped.
         max_tokens_per_chunk (`int`, defaults to `16384`):
-            Token budget of one chain forward: rows x (context length + longest chain in the chunk). Bounds the
+            Token budget of one chain forward: rows x (context length + widest lane in the chunk). Bounds the
             replicated KV cache and the activations; a chain longer than the budget still runs alone.
         max_logits_elements (`int`, defaults to `2**24`):
             Logits materialised by one LM-head projection: `max_logits_elements // vocab` positions run at once, so
@@ -377,7 +377,9 @@ class TransformersCrossScorer:
             )  # (rows, width, H)
             valid = inputs["chain"] >= 0  # (rows, width)
             self.tokens_fed += int(valid.sum())
-            token_logps = self._token_logprobs(head, chunk_hidden[valid.to(device)], inputs["targets"][valid].to(device))
+            token_logps = self._token_logprobs(
+                head, chunk_hidden[valid.to(device)], inputs["targets"][valid].to(device)
+            )
             per_chain = torch.zeros(len(chains), dtype=torch.float64)
             per_chain.index_add_(0, inputs["chain"][valid], token_logps.double().cpu())  # (n,)
             sums += per_chain
