@@ -196,6 +196,13 @@ def test_mi_config_errors_name_the_trainer_field(tmp_path):
     # every MIDiagnosticsConfig setting but ks and seed comes from one mi_* field, whose name its errors carry
     assert set(MI_CONFIG_FIELDS) == {f.name for f in dataclasses.fields(MIDiagnosticsConfig)} - {"ks", "seed"}
     assert sorted(MI_CONFIG_FIELDS.values()) == sorted(f.name for f in dataclasses.fields(MIDiagnosticsArguments))
+    # and defaults to the same value
+    trainer_defaults = {f.name: f.default_factory() if callable(f.default_factory) else f.default
+                        for f in dataclasses.fields(MIDiagnosticsArguments)}  # fmt: skip
+    for name, field in {f.name: f for f in dataclasses.fields(MIDiagnosticsConfig)}.items():
+        if name in MI_CONFIG_FIELDS:
+            default = trainer_defaults[MI_CONFIG_FIELDS[name]]
+            assert (tuple(default) if isinstance(default, list) else default) == field.default, name
     with pytest.raises(ValueError, match=r"^mi_every_n_steps=0 is invalid; use an integer >= 1"):
         make_args(tmp_path, mi_every_n_steps=0)
     with pytest.raises(ValueError, match=r"^mi_scopes=\('everything',\) is invalid; .*, or set mi_diagnostics=False$"):

@@ -53,6 +53,7 @@ from .scoring.collective import ProcessGroup
 from .scoring.pairs import NEGATIVE_SAMPLING, SCOPES, PairBuilder
 from .scoring.reasoning import ReasoningExtractor
 from .scoring.scopes import LocalRollouts, ScopeResult, ScoreMemo, gather_rows, score_scope
+from .scoring.transformers_scorer import DEFAULT_PACK_TOKENS
 from .text_diagnostics import batch_text_metrics
 
 
@@ -104,7 +105,7 @@ class MIDiagnosticsConfig:
     scopes: tuple[str, ...] = SCOPES
     engine: str = "auto"
     max_tokens_per_chunk: int = 16384
-    pack_tokens: int | None = 128
+    pack_tokens: int | None = DEFAULT_PACK_TOKENS
     num_negatives: int | None = None
     negative_sampling: str = "random"
     marginal: str = "ragen"

@@ -304,8 +304,10 @@ class TransformersCrossScorer:
         return out
 
     def _lanes(self, lengths: list[int], packable: bool) -> list[list[int]]:
-        """Indices into `lengths` (tokens fed per chain), longest first, packed first-fit into lanes of `pack_tokens`."""
-        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        """Indices into `lengths` (tokens fed per chain), longest first, packed first-fit into lanes of `pack_tokens`.
+
+        Chains that feed nothing (one token, scored by the context's last position) get no lane."""
+        order = sorted((i for i in range(len(lengths)) if lengths[i]), key=lambda i: -lengths[i])
         if not packable or self.pack_tokens is None:
             return [[i] for i in order]
         lanes, room = [], []
@@ -363,8 +365,8 @@ class TransformersCrossScorer:
         fed = [chain[:-1] for chain in chains]  # the last token is predicted, never fed
         # a 4D mask replaces the model's own masks: only for full-attention caches under kernels that take it as is
         packable = self._attention in PACKABLE_ATTENTION and _has_layers(cache, _layer_types("DynamicLayer"))
-        lanes = [lane for lane in self._lanes([len(ids) for ids in fed], packable) if sum(len(fed[i]) for i in lane)]
-        widths = [sum(len(fed[i]) for i in lane) for lane in lanes]  # one-token chains feed nothing
+        lanes = self._lanes([len(ids) for ids in fed], packable)
+        widths = [sum(len(fed[i]) for i in lane) for lane in lanes]
         for chunk in self._chunks(context_len, widths):
             chunk_lanes = [lanes[k] for k in chunk]
             inputs = self._lane_inputs(chunk_lanes, fed, chains, context_len, packed=packable, dtype=last_hidden.dtype)
