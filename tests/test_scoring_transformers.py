@@ -225,3 +225,15 @@ def test_sliding_window_models_score_one_chain_per_row(tiny_tokenizer, batch):
 def test_pack_tokens_is_validated(tiny_model):
     with pytest.raises(ValueError, match="pack_tokens must be >= 1 or None"):
         TransformersCrossScorer(tiny_model, pack_tokens=0)
+
+
+def test_kernels_without_custom_masks_score_one_chain_per_row(tiny_model, batch, monkeypatch):
+    """Only kernels that take a 4D additive mask as it is get packed lanes; any other scores one chain per row."""
+    from trl_ragen2.scoring import transformers_scorer
+
+    contexts, chains = batch
+    tiny_model.set_attn_implementation("sdpa")
+    monkeypatch.setattr(transformers_scorer, "PACKABLE_ATTENTION", ("eager",))  # sdpa now stands for e.g. flash
+    fast, rows = _chain_forward_rows(tiny_model, lambda: TransformersCrossScorer(tiny_model).score(contexts, chains))
+    torch.testing.assert_close(fast, naive_cross_scores(tiny_model, contexts, chains), atol=1e-4, rtol=0)
+    assert sum(rows) == 6 * len(contexts)
