@@ -1,5 +1,6 @@
 """Tests of the pure SNR-filtering functions (trl_ragen2.filtering) on hand-built and generated rewards."""
 
+import itertools
 import math
 
 import numpy as np
@@ -205,6 +206,23 @@ def test_ties_take_the_lower_group_index():
     assert keep.nonzero().squeeze(1).tolist() == [0, 1, 2, 3, 20]
     keep = select_groups(torch.tensor([0.5] * 20), top_p=0.5)  # T = 5: ten tied groups, the first ten
     assert keep.nonzero().squeeze(1).tolist() == list(range(10))
+
+
+def test_with_binary_rewards_in_four_groups_of_four_rho_0_9_drops_only_zero_variance_groups():
+    """Binary rewards, G = 4: a group with k of 4 successes has sample variance k(4-k)/12, so 1/4 or 1/3 when it
+    varies. Of four groups none then holds less than 20% of the mass, and the linear rule at rho >= 0.9 keeps every
+    group with variance (docs/method.md, the real-model keep-rate evaluation). At rho = 0.8 it can drop one."""
+    dropped_at = {0.8: 0, 0.9: 0, 0.95: 0, 1.0: 0}
+    for successes in itertools.product(range(5), repeat=4):  # 625 batches of 4 groups
+        rewards = torch.tensor([float(i < k) for k in successes for i in range(4)])
+        scores = group_reward_scores(rewards, 4)
+        assert scores.tolist() == pytest.approx([k * (4 - k) / 12 for k in successes])
+        for top_p in dropped_at:
+            for eps in (0.0, 0.01):
+                keep = select_groups(scores, top_p=top_p, selection_eps=eps)
+                dropped_at[top_p] += int(keep.tolist() != [0 < k < 4 for k in successes])
+    assert dropped_at[0.9] == dropped_at[0.95] == dropped_at[1.0] == 0
+    assert dropped_at[0.8] > 0  # e.g. variances [1/3, 1/3, 1/3, 1/4]: 1.0 of 1.25 reaches 0.8 of the mass
 
 
 def test_keeps_device_and_dtype():
