@@ -70,23 +70,29 @@ LAUNCH_ONLY = ("seeds", "modes", "out", "pool", "threads", "quick")
 
 
 def report(results: dict, names: list[str], reference: str) -> None:
-    """Print the Markdown table: success pooled over the seeds, and each mode's paired difference to `reference`."""
+    """Print the Markdown table: success pooled over the seeds, and paired differences to the warm start and to
+    `reference` (each seed's runs start from that seed's warm start, on its training seeds)."""
     args = argparse.Namespace(**results["settings"])
     seeds = list(results["seeds"])
+    runs = {"warm start": [results["seeds"][seed]["warm_start"] for seed in seeds]}
+    runs.update({name: [results["seeds"][seed]["modes"][name] for seed in seeds] for name in names})
     print(f"\n{len(seeds)} seeds x {args.eval_episodes} held-out episodes; {args.grpo_steps} GRPO steps of "
           f"{args.grpo_prompts} x {args.grpo_generations} rollouts")  # fmt: skip
-    print(f"| mode | success (pooled, 95% Wilson) | − {reference} (paired by seed, 95% t) | kept fraction | auto on |")
-    print("|---|---|---|---|---|")
-    for name in names:
-        runs = [results["seeds"][seed]["modes"][name] for seed in seeds]
-        wins = sum(round(run["success"] * run["episodes"]) for run in runs)
-        rate, low, high = wilson(wins, sum(run["episodes"] for run in runs))
-        fixed = [results["seeds"][seed]["modes"][reference]["success"] for seed in seeds]
-        mean, half = interval([run["success"] - f for run, f in zip(runs, fixed, strict=True)])
-        kept = [run["kept_fraction"] for run in runs if run["kept_fraction"] is not None]
-        auto = [run["auto_on"] for run in runs if run["auto_on"] is not None]
-        print(f"| {name} | {rate:.3f} [{low:.3f}, {high:.3f}] | {mean:+.3f} ± {half:.3f} | "
-              f"{statistics.fmean(kept) if kept else 1.0:.2f} | "
+    print(f"| policy | success (pooled, 95% Wilson) | − warm start (paired by seed, 95% t) | − {reference} (paired) "
+          "| kept fraction | auto on |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for name, mode_runs in runs.items():
+        wins = sum(round(run["success"] * run["episodes"]) for run in mode_runs)
+        rate, low, high = wilson(wins, sum(run["episodes"] for run in mode_runs))
+        paired = []
+        for baseline in ("warm start", reference):
+            pairs = zip(mode_runs, runs[baseline], strict=True)
+            mean, half = interval([run["success"] - base["success"] for run, base in pairs])
+            paired.append(f"{mean:+.3f} ± {half:.3f}")
+        kept = [run["kept_fraction"] for run in mode_runs if run.get("kept_fraction") is not None]
+        auto = [run["auto_on"] for run in mode_runs if run.get("auto_on") is not None]
+        print(f"| {name} | {rate:.3f} [{low:.3f}, {high:.3f}] | {paired[0]} | {paired[1]} | "
+              f"{f'{statistics.fmean(kept):.2f}' if kept else '–' if name == 'warm start' else '1.00'} | "
               f"{f'{statistics.fmean(auto):.2f}' if auto else ''} |")  # fmt: skip
 
 
