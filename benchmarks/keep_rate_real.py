@@ -70,6 +70,11 @@ def summary(logs: list[dict], key: str) -> float | None:
 LAUNCH_ONLY = ("seeds", "modes", "out", "pool", "threads", "quick")
 
 
+def reference_mode(names: list[str]) -> str:
+    """The mode the others are compared with: the paper's fixed rho when it ran, else the first one."""
+    return "fixed 0.9" if "fixed 0.9" in names else names[0]
+
+
 def report(results: dict, names: list[str], reference: str) -> None:
     """Print the Markdown table: success pooled over the seeds, and paired differences to the warm start and to
     `reference` (each seed's runs start from that seed's warm start, on its training seeds)."""
@@ -92,9 +97,11 @@ def report(results: dict, names: list[str], reference: str) -> None:
             paired.append(f"{mean:+.3f} ± {half:.3f}")
         kept = [run["kept_fraction"] for run in mode_runs if run.get("kept_fraction") is not None]
         auto = [run["auto_on"] for run in mode_runs if run.get("auto_on") is not None]
-        print(f"| {name} | {rate:.3f} [{low:.3f}, {high:.3f}] | {paired[0]} | {paired[1]} | "
-              f"{f'{statistics.fmean(kept):.2f}' if kept else '–' if name == 'warm start' else '1.00'} | "
-              f"{f'{statistics.fmean(auto):.2f}' if auto else ''} |")  # fmt: skip
+        kept_text = f"{statistics.fmean(kept):.2f}" if kept else "–" if name == "warm start" else "1.00"
+        auto_text = f"{statistics.fmean(auto):.2f}" if auto else ""
+        print(
+            f"| {name} | {rate:.3f} [{low:.3f}, {high:.3f}] | {paired[0]} | {paired[1]} | {kept_text} | {auto_text} |"
+        )
 
 
 def pool(paths: list[str]) -> tuple[dict, list[str]]:
@@ -143,7 +150,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.pool:
         merged, names = pool(args.pool)
-        report(merged, names, "fixed 0.9" if "fixed 0.9" in names else names[0])
+        report(merged, names, reference_mode(names))
         return merged
     if args.quick:
         args.seeds, args.eval_episodes, args.sft_episodes, args.sft_epochs = [0], 4, 8, 1
@@ -162,7 +169,7 @@ def main(argv=None):
     if unknown:
         parser.error(f"--modes: unknown {unknown}; choose from {list(settings)}")
     settings = {name: mode for name, mode in settings.items() if not args.modes or name in args.modes}
-    reference = "fixed 0.9" if "fixed 0.9" in settings else next(iter(settings))
+    reference = reference_mode(list(settings))
     results = {"settings": vars(args), "seeds": {}}
     for seed in args.seeds:
         torch.manual_seed(seed)
