@@ -21,6 +21,7 @@ update.
     python benchmarks/keep_rate_real.py --quick                                     # a smoke check (minutes)
     python benchmarks/keep_rate_real.py --seeds 1 --out s1.json                     # one seed per invocation, then
     python benchmarks/keep_rate_real.py --pool s0.json s1.json s2.json              # the table over their seeds
+    (a seed's modes may also be split over invocations: `--seeds 1 --modes none` and `--seeds 1 --modes "auto 0.9"`)
 """
 
 from __future__ import annotations
@@ -105,26 +106,34 @@ def report(results: dict, names: list[str], reference: str) -> None:
 
 
 def pool(paths: list[str]) -> tuple[dict, list[str]]:
-    """Merge the `--out` files of separate invocations (different seeds, same pipeline) into one result."""
-    merged, names = None, None
+    """Merge the `--out` files of separate invocations (one pipeline) into one result.
+
+    A seed may appear in several files when each ran other `--modes`: its warm start is then the same run, so its
+    results must agree, and each mode of a seed may come from one file only. The table covers the modes every
+    seed has."""
+    merged, reference_shape = None, None
     for path in paths:
         with open(path) as f:
             results = json.load(f)
         shape = {key: value for key, value in results["settings"].items() if key not in LAUNCH_ONLY}
-        seed_modes = [set(per_seed["modes"]) for per_seed in results["seeds"].values()]
         if merged is None:
-            merged, reference_shape, names = {"settings": results["settings"], "seeds": {}}, shape, seed_modes[0]
+            merged, reference_shape = {"settings": results["settings"], "seeds": {}}, shape
         if shape != reference_shape:
             differing = sorted(key for key in shape if shape[key] != reference_shape.get(key))
             raise SystemExit(f"--pool: {path} ran a different pipeline ({differing}); pool only runs of one setting")
-        names = names.intersection(*seed_modes)
-        overlap = set(merged["seeds"]) & set(results["seeds"])
-        if overlap:
-            raise SystemExit(f"--pool: seed(s) {sorted(overlap)} appear in more than one file; pool each seed once")
-        merged["seeds"].update(results["seeds"])
+        for seed, per_seed in results["seeds"].items():
+            known = merged["seeds"].setdefault(seed, {"warm_start": per_seed["warm_start"], "modes": {}})
+            if known["warm_start"] != per_seed["warm_start"]:
+                raise SystemExit(f"--pool: seed {seed}'s warm start in {path} differs from an earlier file's; "
+                                 "pool only runs of the same code and settings")  # fmt: skip
+            repeated = sorted(set(known["modes"]) & set(per_seed["modes"]))
+            if repeated:
+                raise SystemExit(f"--pool: seed {seed} ran {repeated} in more than one file; keep one run of each")
+            known["modes"].update(per_seed["modes"])
+    names = set.intersection(*(set(per_seed["modes"]) for per_seed in merged["seeds"].values()))
     ordered = [name for name in modes(merged["settings"]["grpo_steps"]) if name in names]
     if not ordered:
-        raise SystemExit("--pool: the files share no mode; run the same --modes in each")
+        raise SystemExit("--pool: no mode ran on every seed; run the same --modes for each seed")
     return merged, ordered
 
 
