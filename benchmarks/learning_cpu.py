@@ -7,12 +7,16 @@ Pipeline (`pip install "trl-ragen2[cpu-model]"`; every number comes from held-ou
 2. **Warm start.** The environment's own solver (breadth-first search on the map) plays `--sft_episodes` training
    episodes through the same rollout (`ScriptedPolicy`), replying with a short input-specific reasoning and the next
    two moves of a shortest path. The model is fine-tuned on those replies (loss on the assistant tokens only, the
-   rollout's `env_mask`), `--sft_epochs` epochs of AdamW.
+   rollout's `env_mask`), `--sft_epochs` epochs of AdamW on batches of `--sft_batch_size`.
 3. **GRPO.** From the warm-started weights, `SNRFilteredGRPOTrainer` with the RAGEN rollout trains `--grpo_steps`
    steps twice on the same seeds and budget: SNR-filtered (top_p 0.9, the paper's linear rule, zero-variance groups
-   dropped) and unfiltered (`reward_variance_filtering=None`). Kept fraction, MI proxies and entropy are logged at
-   every step (`mi_every_n_steps=1`).
+   dropped) and unfiltered (`reward_variance_filtering=None`). Kept fraction and entropy are logged at every step,
+   the MI proxies at step 1 and every `--mi_every` steps.
 4. **After.** Both GRPO policies and the warm start play the same validation episodes.
+
+With `--bf16` (the default) the warm start's forward and backward and the whole GRPO stage (accelerate wraps the
+model's forward: rollouts, update and MI scorer) run under bf16 autocast, with float32 weights and optimizer. Every
+evaluation runs in float32. `--no-bf16` runs everything in float32.
 
 Success rates carry 95% Wilson intervals over episodes. Figures: `docs/figures/learning_cpu_success.png` (success
 before/after) and `docs/figures/learning_cpu_curves.png` (reward, kept fraction, MI, entropy per step).
@@ -130,8 +134,12 @@ def evaluate(model, tokenizer, episode_specs, rollout_config) -> dict:
 # Warm start
 
 
-def warm_start(model, tokenizer, episodes, *, epochs: int, lr: float, batch_size: int, seed: int) -> list[float]:
-    """Fine-tune on the solver's episodes: cross-entropy on assistant tokens only (`env_mask` 1). Returns losses."""
+def warm_start(
+    model, tokenizer, episodes, *, epochs: int, lr: float, batch_size: int, seed: int, bf16: bool = False
+) -> list[float]:
+    """Fine-tune on the solver's episodes: cross-entropy on assistant tokens only (`env_mask` 1). Returns losses.
+
+    `bf16` runs the forward under bf16 autocast (the weights and the optimizer stay in float32)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     examples = [(e.prompt_ids + e.completion_ids, [0] * len(e.prompt_ids) + e.env_mask) for e in episodes]
     generator = torch.Generator().manual_seed(seed)
@@ -150,7 +158,8 @@ def warm_start(model, tokenizer, episodes, *, epochs: int, lr: float, batch_size
                 input_ids[r, : len(ids)] = torch.tensor(ids)
                 attention[r, : len(ids)] = 1
                 labels[r, : len(ids)] = torch.where(torch.tensor(mask).bool(), torch.tensor(ids), -100)
-            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -197,7 +206,9 @@ def grpo(model_dir: str, output_dir: str, args, *, filtered: bool = True, **over
     )  # fmt: skip
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "reward" in entry]
-    return logs, trainer.model.eval()
+    # With `bf16=True`, accelerate wraps the model's forward in autocast; unwrapping drops it, so every policy is
+    # evaluated in float32.
+    return logs, trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).eval()
 
 
 def rollout_config(args):
@@ -271,15 +282,23 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max_turns", type=int, default=3)
     parser.add_argument("--max_tokens_per_turn", type=int, default=40)
-    parser.add_argument("--eval_episodes", type=int, default=64, help="validation seeds (held out)")
-    parser.add_argument("--sft_episodes", type=int, default=128, help="solver episodes (train seeds 0..N-1)")
-    parser.add_argument("--sft_epochs", type=int, default=2)
+    parser.add_argument("--eval_episodes", type=int, default=48, help="validation seeds (held out)")
+    parser.add_argument("--sft_episodes", type=int, default=96, help="solver episodes (train seeds 0..N-1)")
+    parser.add_argument("--sft_epochs", type=int, default=1)
     parser.add_argument("--sft_lr", type=float, default=5e-5)
     parser.add_argument("--grpo_steps", type=int, default=6)
     parser.add_argument("--grpo_prompts", type=int, default=4)
     parser.add_argument("--grpo_generations", type=int, default=4)
     parser.add_argument("--grpo_lr", type=float, default=1e-5)
+    parser.add_argument("--sft_batch_size", type=int, default=8)
     parser.add_argument("--mi_num_samples", type=int, default=16)
+    parser.add_argument("--mi_every", type=int, default=2, help="MI diagnostics at step 1, then every N steps")
+    parser.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="bf16 autocast for the warm start's and GRPO's forward and backward (fp32 weights)",
+    )
     parser.add_argument("--figures", default="docs/figures")
     parser.add_argument("--out", default=None, help="write all numbers as JSON here")
     args = parser.parse_args(argv)  # fmt: skip
@@ -316,7 +335,8 @@ def stage_warm(args, results: dict, warm_dir: str) -> None:
     demos = play(None, tokenizer, specs("train", args.sft_episodes), config,
                  policy=lambda episode: solver_reply(episode, config.max_actions_per_turn))  # fmt: skip
     results["solver_success"] = sum(e.stats()["success"] for e in demos) / len(demos)
-    losses = warm_start(model, tokenizer, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=4, seed=args.seed)
+    losses = warm_start(model, tokenizer, demos, epochs=args.sft_epochs, lr=args.sft_lr,
+                        batch_size=args.sft_batch_size, seed=args.seed, bf16=args.bf16)  # fmt: skip
     results["sft_loss_first_last"] = [losses[0], losses[-1]]
     results["time"]["warm_start"] = since(start)
     start = clock()
@@ -336,7 +356,8 @@ def stage_grpo(args, results: dict, warm_dir: str, variant: str, scratch: str) -
     torch.manual_seed(args.seed)
     start = clock()
     logs, trained = grpo(warm_dir, os.path.join(scratch, name), args, filtered=variant == "filtered",
-                        seed=args.seed, mi_num_samples=args.mi_num_samples)  # fmt: skip
+                        seed=args.seed, mi_num_samples=args.mi_num_samples, mi_every_n_steps=args.mi_every,
+                        bf16=args.bf16)  # fmt: skip
     results["time"][name] = since(start)
     results["logs"][name] = logs
     start = clock()
