@@ -23,6 +23,8 @@ before/after) and `docs/figures/learning_cpu_curves.png` (reward, kept fraction,
 
     python benchmarks/learning_cpu.py                  # the documented run (seeds below)
     python benchmarks/learning_cpu.py --quick          # a smoke check of the pipeline (minutes)
+    python benchmarks/learning_cpu.py --seed 1 --out s1.json    # one seed per invocation, then
+    python benchmarks/learning_cpu.py --pool s0.json s1.json s2.json    # the table over their seeds
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from collections import deque
@@ -38,6 +41,7 @@ from collections import deque
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
 
 import torch  # noqa: E402
 
@@ -112,6 +116,17 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float, float
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return p, centre - half, centre + half
+
+
+def fisher_one_sided(wins: int, n: int, baseline_wins: int, baseline_n: int) -> float:
+    """One-sided Fisher exact p-value that a policy with `wins` of `n` succeeds more often than one with
+    `baseline_wins` of `baseline_n`: the chance, under equal rates and the table's margins, that the first draws at
+    least `wins` of the successes (hypergeometric tail)."""
+    successes, total = wins + baseline_wins, n + baseline_n
+    tail = sum(
+        math.comb(successes, k) * math.comb(total - successes, n - k) for k in range(wins, min(successes, n) + 1)
+    )
+    return tail / math.comb(total, n)
 
 
 def evaluate(model, tokenizer, episode_specs, rollout_config) -> dict:
@@ -221,27 +236,41 @@ def rollout_config(args):
 # Figures
 
 
-def plot(results: dict, folder: str) -> list[str]:
+POLICIES = ["base", "warm_start", "grpo_unfiltered", "grpo_filtered"]
+
+
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    os.makedirs(folder, exist_ok=True)
-    names = ["base", "warm_start", "grpo_unfiltered", "grpo_filtered"]
+    return plt
+
+
+def plot_success(evals: dict, path: str, title: str) -> str:
+    """Bar chart of each policy's success rate with its 95% Wilson interval (`evals`: policy -> `evaluate` dict)."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    rates = [results["eval"][n]["success"] for n in names]
-    errors = [[r - results["eval"][n]["ci_low"] for r, n in zip(rates, names, strict=True)],
-              [results["eval"][n]["ci_high"] - r for r, n in zip(rates, names, strict=True)]]  # fmt: skip
-    ax.bar(names, rates, yerr=errors, capsize=4, color=["gray", "tab:green", "tab:orange", "tab:blue"])
+    rates = [evals[n]["success"] for n in POLICIES]
+    errors = [[r - evals[n]["ci_low"] for r, n in zip(rates, POLICIES, strict=True)],
+              [evals[n]["ci_high"] - r for r, n in zip(rates, POLICIES, strict=True)]]  # fmt: skip
+    ax.bar(POLICIES, rates, yerr=errors, capsize=4, color=["gray", "tab:green", "tab:orange", "tab:blue"])
     ax.set_ylabel("success rate (held-out seeds)")
     ax.set_ylim(0, 1)
-    ax.set_title(f"FrozenLake, SmolLM2-135M-Instruct, {results['eval']['base']['episodes']} episodes, 95% Wilson CI")
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    success_path = os.path.join(folder, "learning_cpu_success.png")
-    fig.savefig(success_path, dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
+    return path
 
+
+def plot(results: dict, folder: str) -> list[str]:
+    os.makedirs(folder, exist_ok=True)
+    title = f"FrozenLake, SmolLM2-135M-Instruct, {results['eval']['base']['episodes']} episodes, 95% Wilson CI"
+    success_path = plot_success(results["eval"], os.path.join(folder, "learning_cpu_success.png"), title)
+
+    plt = pyplot()
     keys = [("reward", "reward"), ("ragen2/filter/kept_fraction", "kept fraction"),
             ("ragen2/mi/first_turn/retrieval_acc", "retrieval (first turn)"),
             ("ragen2/mi/first_turn/mi_est", "MI-Est (first turn)"), ("entropy", "entropy")]  # fmt: skip
@@ -301,6 +330,13 @@ def parse_args(argv=None):
     )
     parser.add_argument("--figures", default="docs/figures")
     parser.add_argument("--out", default=None, help="write all numbers as JSON here")
+    parser.add_argument(
+        "--pool",
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="print the table over the seeds of several whole runs' --out files, and run nothing",
+    )
     args = parser.parse_args(argv)  # fmt: skip
     if args.quick:
         args.eval_episodes, args.sft_episodes, args.sft_epochs, args.grpo_steps = 4, 8, 1, 1
@@ -377,8 +413,82 @@ def merge(paths: list[str]) -> dict:
     return merged
 
 
+# Settings that must agree for seeds to be pooled: everything that shapes the pipeline, not how it was launched.
+LAUNCH_ONLY = ("seed", "stage", "variant", "warm_dir", "inputs", "threads", "figures", "out", "pool")
+
+
+def pool(paths: list[str]) -> dict:
+    """Merge the `--out` files of whole runs (`--stage all`, or `report`), one seed each, into `{"settings", "seeds":
+    {seed: {policy: evaluate dict}}}`. The runs must share every pipeline setting, and each seed may come once."""
+    merged, reference = None, None
+    for path in paths:
+        with open(path) as f:
+            results = json.load(f)
+        shape = {key: value for key, value in results["settings"].items() if key not in LAUNCH_ONLY}
+        if merged is None:
+            merged, reference = {"settings": results["settings"], "seeds": {}}, shape
+        if shape != reference:
+            differing = sorted(key for key in shape if shape[key] != reference.get(key))
+            raise SystemExit(f"--pool: {path} ran a different pipeline ({differing}); pool only runs of one setting")
+        missing = [name for name in POLICIES if name not in results["eval"]]
+        if missing:
+            raise SystemExit(f"--pool: {path} has no evaluation of {missing}; pool whole runs (--stage all, or the "
+                             "--stage report of a run's stages)")  # fmt: skip
+        seed = results["settings"]["seed"]
+        if seed in merged["seeds"]:
+            raise SystemExit(f"--pool: seed {seed} is in more than one file; keep one run of each seed")
+        merged["seeds"][seed] = {name: results["eval"][name] for name in POLICIES}
+    return merged
+
+
+def pooled_evals(merged: dict) -> dict:
+    """Each policy's successes summed over the seeds, as an `evaluate` dict with its Wilson interval."""
+    evals = {}
+    for name in POLICIES:
+        runs = [per_seed[name] for per_seed in merged["seeds"].values()]
+        wins, n = sum(round(r["success"] * r["episodes"]) for r in runs), sum(r["episodes"] for r in runs)
+        rate, low, high = wilson(wins, n)
+        evals[name] = {"success": rate, "ci_low": low, "ci_high": high, "episodes": n, "wins": wins}
+    return evals
+
+
+def report_pool(merged: dict) -> dict:
+    """Print the Markdown table over the seeds: successes per seed and pooled, differences to the base model and to
+    the warm start paired by seed (95% t), and the pooled one-sided Fisher exact p against the base model."""
+    from keep_rate_bandit import interval
+
+    seeds, evals = sorted(merged["seeds"]), pooled_evals(merged)
+    print(f"\n{len(seeds)} seeds ({', '.join(map(str, seeds))}) x {merged['settings']['eval_episodes']} held-out "
+          "episodes")  # fmt: skip
+    print("| policy | successes per seed | pooled [95% Wilson] | − base, paired by seed [95% t] "
+          "| − warm start, paired | one-sided Fisher exact p vs base (pooled) |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for name in POLICIES:
+        runs = [merged["seeds"][seed][name] for seed in seeds]
+        per_seed = " / ".join(str(round(r["success"] * r["episodes"])) for r in runs)
+        paired = []
+        for baseline in ("base", "warm_start"):
+            mean, half = interval([r["success"] - merged["seeds"][seed][baseline]["success"]
+                                   for r, seed in zip(runs, seeds, strict=True)])  # fmt: skip
+            paired.append("–" if name == baseline else f"{mean:+.3f} ± {half:.3f}")
+        base = evals["base"]
+        p = fisher_one_sided(evals[name]["wins"], evals[name]["episodes"], base["wins"], base["episodes"])
+        e = evals[name]
+        print(
+            f"| {name} | {per_seed} | {e['wins']} of {e['episodes']}: {e['success']:.3f} [{e['ci_low']:.3f}, "
+            f"{e['ci_high']:.3f}] | {paired[0]} | {paired[1]} | {'–' if name == 'base' else f'{p:.2g}'} |"
+        )
+    return evals
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.pool:
+        evals = report_pool(pool(args.pool))
+        os.makedirs(args.figures, exist_ok=True)
+        title = f"FrozenLake, SmolLM2-135M-Instruct, {evals['base']['episodes']} episodes pooled, 95% Wilson CI"
+        print("wrote", plot_success(evals, os.path.join(args.figures, "learning_cpu_success_pooled.png"), title))
+        return evals
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     results = {"settings": vars(args), "eval": {}, "logs": {}, "time": {}}
