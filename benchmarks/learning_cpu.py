@@ -14,9 +14,11 @@ Pipeline (`pip install "trl-ragen2[cpu-model]"`; every number comes from held-ou
    the MI proxies at step 1 and every `--mi_every` steps.
 4. **After.** Both GRPO policies and the warm start play the same validation episodes.
 
-With `--bf16` (the default) the warm start's forward and backward and the whole GRPO stage (accelerate wraps the
-model's forward: rollouts, update and MI scorer) run under bf16 autocast, with float32 weights and optimizer. Every
-evaluation runs in float32. `--no-bf16` runs everything in float32.
+With `--bf16` the warm start's forward and backward and the whole GRPO stage (accelerate wraps the model's forward:
+rollouts, update and MI scorer) run under bf16 autocast, with float32 weights and optimizer. Every evaluation runs in
+float32. `--no-bf16` runs everything in float32. The default is bf16 where oneDNN has bf16 kernels for the CPU
+(AVX-512 or AMX) and float32 elsewhere: on an AVX2-only CPU bf16 is emulated and slower than float32
+(`benchmarks/bf16_cpu.py` measures both).
 
 Success rates carry 95% Wilson intervals over episodes. Figures: `docs/figures/learning_cpu_success.png` (success
 before/after) and `docs/figures/learning_cpu_curves.png` (reward, kept fraction, MI, entropy per step).
@@ -325,8 +327,9 @@ def parse_args(argv=None):
     parser.add_argument(
         "--bf16",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="bf16 autocast for the warm start's and GRPO's forward and backward (fp32 weights)",
+        default=None,
+        help="bf16 autocast for the warm start's and GRPO's forward and backward (fp32 weights); default: on where "
+        "oneDNN has bf16 kernels for this CPU (AVX-512 or AMX), off where bf16 would be emulated (AVX2 only)",
     )
     parser.add_argument("--figures", default="docs/figures")
     parser.add_argument("--out", default=None, help="write all numbers as JSON here")
@@ -338,10 +341,21 @@ def parse_args(argv=None):
         help="print the table over the seeds of several whole runs' --out files, and run nothing",
     )
     args = parser.parse_args(argv)  # fmt: skip
+    if args.bf16 is None:
+        args.bf16 = cpu_has_native_bf16()
     if args.quick:
         args.eval_episodes, args.sft_episodes, args.sft_epochs, args.grpo_steps = 4, 8, 1, 1
         args.grpo_prompts, args.grpo_generations, args.max_tokens_per_turn = 2, 2, 32
     return args
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN has bf16 kernels for this CPU (AVX-512 or AMX). Without them (AVX2 only) bf16 autocast is
+    emulated, and slower than float32."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN
+        return False
 
 
 def clock():

@@ -1,5 +1,5 @@
-"""`benchmarks/learning_cpu.py --pool`: the table over the seeds of separate runs, checked against values worked out
-by hand (Wilson bounds, paired t intervals, Fisher exact tails)."""
+"""`benchmarks/learning_cpu.py` options: `--pool`, the table over the seeds of separate runs, checked against values
+worked out by hand (Wilson bounds, paired t intervals, Fisher exact tails); and the bf16 default."""
 
 import importlib.util
 import json
@@ -86,3 +86,11 @@ def test_pool_refuses_mixed_pipelines_partial_runs_and_repeated_seeds(benchmark,
     launched_otherwise = write(tmp_path, 1, {"base": 0, "warm_start": 5, "grpo_unfiltered": 3, "grpo_filtered": 3},
                                threads=1, out="s1.json", figures="elsewhere")  # fmt: skip
     assert sorted(benchmark.pool([first, launched_otherwise])["seeds"]) == [0, 1]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_defaults_to_what_the_cpu_computes_natively_and_the_flags_override_it(benchmark, monkeypatch, native):
+    monkeypatch.setattr(benchmark, "cpu_has_native_bf16", lambda: native)
+    assert benchmark.parse_args([]).bf16 is native  # emulated bf16 (AVX2 only) is slower than float32
+    assert benchmark.parse_args(["--bf16"]).bf16 is True
+    assert benchmark.parse_args(["--no-bf16"]).bf16 is False
