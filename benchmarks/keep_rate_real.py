@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling be
 
 import torch  # noqa: E402
 from keep_rate_bandit import interval  # noqa: E402
-from learning_cpu import evaluate, grpo, play, rollout_config, solver_reply, specs, warm_start, wilson  # noqa: E402
+from learning_cpu import evaluate, grpo, play, position_reply, rollout_config, specs, warm_start, wilson  # noqa: E402
 
 
 def modes(steps: int) -> dict[str, dict]:
@@ -185,8 +185,8 @@ def main(argv=None):
         tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
         model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32).eval()
         demos = play(None, tokenizer, specs("train", args.sft_episodes), config,
-                     policy=lambda episode: solver_reply(episode, config.max_actions_per_turn))  # fmt: skip
-        warm_start(model, tokenizer, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=8, seed=seed)
+                     policy=lambda episode: position_reply(episode, config.max_actions_per_turn))  # fmt: skip
+        warm_start(model, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=8, seed=seed)
         per_seed = {"warm_start": evaluate(model, tokenizer, held_out, config), "modes": {}}
         print(f"seed {seed} warm start:", per_seed["warm_start"])
         with tempfile.TemporaryDirectory() as scratch:

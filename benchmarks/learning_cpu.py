@@ -5,9 +5,10 @@ Pipeline (`pip install "trl-ragen2[cpu-model]"`; every number comes from held-ou
 1. **Before.** The instruct model plays `--eval_episodes` validation episodes (the RAGEN rollout, temperature 0.5).
    It does not follow `<think>/<answer>`, so its success rate is about 0 and every GRPO group has zero variance.
 2. **Warm start.** The environment's own solver (breadth-first search on the map) plays `--sft_episodes` training
-   episodes through the same rollout (`ScriptedPolicy`), replying with a short input-specific reasoning and the next
-   two moves of a shortest path. The model is fine-tuned on those replies (loss on the assistant tokens only, the
-   rollout's `env_mask`), `--sft_epochs` epochs of AdamW on batches of `--sft_batch_size`.
+   episodes through the same rollout (`ScriptedPolicy`). Its reply compares the player's row and column with the
+   goal's and gives the next two moves of a shortest path (`--demos comparison`; `--demos position` only says where
+   player and goal are). The model is fine-tuned on those replies (loss on the assistant tokens only, the rollout's
+   `env_mask`), `--sft_epochs` epochs of AdamW on batches of `--sft_batch_size` episodes.
 3. **GRPO.** From the warm-started weights, `SNRFilteredGRPOTrainer` with the RAGEN rollout trains `--grpo_steps`
    steps twice on the same seeds and budget: SNR-filtered (top_p 0.9, the paper's linear rule, zero-variance groups
    dropped) and unfiltered (`reward_variance_filtering=None`). Kept fraction and entropy are logged at every step,
@@ -46,6 +47,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 ENV = "frozen_lake"
@@ -56,33 +58,58 @@ MOVES = {(-1, 0): "Up", (1, 0): "Down", (0, -1): "Left", (0, 1): "Right"}
 # Solver
 
 
-def shortest_path(lake, start: tuple[int, int]) -> list[str]:
-    """Moves of a shortest hole-free path from `start` to the goal (breadth-first search); `[]` if none."""
-    frontier, came_from = deque([start]), {start: None}
+def steps_to_goal(lake) -> dict[tuple[int, int], int]:
+    """Each frozen cell that reaches the goal, with its number of moves to the goal (breadth-first from the goal)."""
+    steps, frontier = {lake.goal: 0}, deque([lake.goal])
     while frontier:
         cell = frontier.popleft()
-        if cell == lake.goal:
-            break
-        for (dr, dc), _ in MOVES.items():
+        for dr, dc in MOVES:
             nxt = (cell[0] + dr, cell[1] + dc)
-            if 0 <= nxt[0] < lake.size and 0 <= nxt[1] < lake.size and nxt not in lake.holes and nxt not in came_from:
-                came_from[nxt] = cell
+            if 0 <= nxt[0] < lake.size and 0 <= nxt[1] < lake.size and nxt not in lake.holes and nxt not in steps:
+                steps[nxt] = steps[cell] + 1
                 frontier.append(nxt)
-    if lake.goal not in came_from:
-        return []
-    moves, cell = [], lake.goal
-    while came_from[cell] is not None:
-        previous = came_from[cell]
-        moves.append(MOVES[(cell[0] - previous[0], cell[1] - previous[1])])
-        cell = previous
-    return moves[::-1]
+    return steps
 
 
-def solver_reply(episode, max_actions: int) -> str:
-    """The solver's reply after the rollout's `<think>`: where player and goal are, then the next moves."""
+def solver_moves(lake, start: tuple[int, int], max_moves: int) -> list[str]:
+    """The first `max_moves` moves of a shortest hole-free path to the goal, taking a vertical move (Up, Down) before
+    a horizontal one wherever both are on a shortest path, so the moves follow the rows-then-columns reasoning of
+    `comparison_reply`. `[]` at the goal or without a path."""
+    steps, moves, cell = steps_to_goal(lake), [], start
+    while cell in steps and steps[cell] > 0 and len(moves) < max_moves:
+        cell, move = next(
+            ((cell[0] + dr, cell[1] + dc), name)
+            for (dr, dc), name in MOVES.items()  # Up, Down, Left, Right
+            if steps.get((cell[0] + dr, cell[1] + dc)) == steps[cell] - 1
+        )
+        moves.append(move)
+    return moves
+
+
+def comparison_reply(episode, max_actions: int) -> str:
+    """The solver's reply after the rollout's `<think>` (the default demonstrations): the player's row and column
+    compared with the goal's, then the next moves (`solver_moves`). For example, from (0, 3) to a goal at (3, 1):
+    `Row 0 to 3: down. Column 3 to 1: left.</think><answer>Down || Down</answer>`."""
     env = episode.env
-    moves = shortest_path(env.lake, env.player)[:max_actions] or ["Up"]
+    (row, col), (goal_row, goal_col) = env.player, env.lake.goal
+    vertical = "down" if goal_row > row else "up" if goal_row < row else "same"
+    horizontal = "right" if goal_col > col else "left" if goal_col < col else "same"
+    moves = solver_moves(env.lake, env.player, max_actions) or ["Up"]
+    return (
+        f"Row {row} to {goal_row}: {vertical}. Column {col} to {goal_col}: {horizontal}.</think>"
+        f"<answer>{' || '.join(moves)}</answer>"
+    )
+
+
+def position_reply(episode, max_actions: int) -> str:
+    """The demonstrations of `--demos position` and `benchmarks/keep_rate_real.py`: where player and goal are, then
+    the next moves (`solver_moves`). Nothing in the reasoning says which way to go."""
+    env = episode.env
+    moves = solver_moves(env.lake, env.player, max_actions) or ["Up"]
     return f"I am at {env.player}, the goal is at {env.lake.goal}.</think><answer>{' || '.join(moves)}</answer>"
+
+
+DEMOS = {"comparison": comparison_reply, "position": position_reply}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -152,36 +179,37 @@ def evaluate(model, tokenizer, episode_specs, rollout_config) -> dict:
 
 
 def warm_start(
-    model, tokenizer, episodes, *, epochs: int, lr: float, batch_size: int, seed: int, bf16: bool = False
+    model, episodes, *, epochs: int, lr: float, batch_size: int, seed: int, bf16: bool = False
 ) -> list[float]:
-    """Fine-tune on the solver's episodes: cross-entropy on assistant tokens only (`env_mask` 1). Returns losses.
+    """Fine-tune on the solver's episodes, AdamW on batches of `batch_size` episodes; returns each step's loss.
 
+    The loss of a batch is the mean cross-entropy over its assistant tokens (`env_mask` 1): the loss of the padded
+    batch with the other tokens masked out. Each episode runs as its own forward and backward pass (its gradient
+    accumulated), so no compute goes to padding, and the logits are computed only where an assistant token follows.
     `bf16` runs the forward under bf16 autocast (the weights and the optimizer stay in float32)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    examples = [(e.prompt_ids + e.completion_ids, [0] * len(e.prompt_ids) + e.env_mask) for e in episodes]
     generator = torch.Generator().manual_seed(seed)
     losses = []
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     for _ in range(epochs):
-        order = torch.randperm(len(examples), generator=generator).tolist()
+        order = torch.randperm(len(episodes), generator=generator).tolist()
         for start in range(0, len(order), batch_size):
-            batch = [examples[i] for i in order[start : start + batch_size]]
-            width = max(len(ids) for ids, _ in batch)
-            input_ids = torch.full((len(batch), width), tokenizer.pad_token_id)
-            labels = torch.full((len(batch), width), -100)
-            attention = torch.zeros(len(batch), width, dtype=torch.long)
-            for r, (ids, mask) in enumerate(batch):
-                input_ids[r, : len(ids)] = torch.tensor(ids)
-                attention[r, : len(ids)] = 1
-                labels[r, : len(ids)] = torch.where(torch.tensor(mask).bool(), torch.tensor(ids), -100)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-            loss.backward()
+            batch = [episodes[i] for i in order[start : start + batch_size]]
+            targets_in_batch = sum(sum(e.env_mask) for e in batch)
+            step_loss = 0.0
+            for episode in batch:
+                ids = torch.tensor([episode.prompt_ids + episode.completion_ids])  # (1, T)
+                # position t predicts token t + 1: keep the positions followed by an assistant token
+                is_target = torch.tensor([0] * len(episode.prompt_ids) + episode.env_mask, dtype=torch.bool)
+                positions = torch.nonzero(is_target[1:]).squeeze(1)  # (A,)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    logits = model(input_ids=ids, logits_to_keep=positions).logits[0]  # (A, vocab)
+                loss = F.cross_entropy(logits.float(), ids[0, positions + 1], reduction="sum") / targets_in_batch
+                loss.backward()
+                step_loss += loss.item()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-    model.gradient_checkpointing_disable()
+            losses.append(step_loss)
     model.eval()
     return losses
 
@@ -316,14 +344,21 @@ def parse_args(argv=None):
     parser.add_argument("--eval_episodes", type=int, default=48, help="validation seeds (held out)")
     parser.add_argument("--sft_episodes", type=int, default=96, help="solver episodes (train seeds 0..N-1)")
     parser.add_argument("--sft_epochs", type=int, default=1)
-    parser.add_argument("--sft_lr", type=float, default=5e-5)
-    parser.add_argument("--grpo_steps", type=int, default=6)
+    parser.add_argument("--sft_lr", type=float, default=1e-4)
+    parser.add_argument("--grpo_steps", type=int, default=8)
     parser.add_argument("--grpo_prompts", type=int, default=4)
     parser.add_argument("--grpo_generations", type=int, default=4)
-    parser.add_argument("--grpo_lr", type=float, default=1e-5)
-    parser.add_argument("--sft_batch_size", type=int, default=8)
+    parser.add_argument("--grpo_lr", type=float, default=5e-5)
+    parser.add_argument("--sft_batch_size", type=int, default=2)
+    parser.add_argument(
+        "--demos",
+        choices=sorted(DEMOS),
+        default="comparison",
+        help="the solver's reasoning: comparison (rows and columns compared with the goal's) or position (where "
+        "player and goal are)",
+    )
     parser.add_argument("--mi_num_samples", type=int, default=16)
-    parser.add_argument("--mi_every", type=int, default=2, help="MI diagnostics at step 1, then every N steps")
+    parser.add_argument("--mi_every", type=int, default=4, help="MI diagnostics at step 1, then every N steps")
     parser.add_argument(
         "--bf16",
         action=argparse.BooleanOptionalAction,
@@ -383,9 +418,9 @@ def stage_warm(args, results: dict, warm_dir: str) -> None:
     print("base:", results["eval"]["base"], results["time"]["eval_base"], flush=True)
     start = clock()
     demos = play(None, tokenizer, specs("train", args.sft_episodes), config,
-                 policy=lambda episode: solver_reply(episode, config.max_actions_per_turn))  # fmt: skip
+                 policy=lambda episode: DEMOS[args.demos](episode, config.max_actions_per_turn))  # fmt: skip
     results["solver_success"] = sum(e.stats()["success"] for e in demos) / len(demos)
-    losses = warm_start(model, tokenizer, demos, epochs=args.sft_epochs, lr=args.sft_lr,
+    losses = warm_start(model, demos, epochs=args.sft_epochs, lr=args.sft_lr,
                         batch_size=args.sft_batch_size, seed=args.seed, bf16=args.bf16)  # fmt: skip
     results["sft_loss_first_last"] = [losses[0], losses[-1]]
     results["time"]["warm_start"] = since(start)
