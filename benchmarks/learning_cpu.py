@@ -527,6 +527,16 @@ def report_pool(merged: dict) -> dict:
             f"| {name} | {per_seed} | {e['wins']} of {e['episodes']}: {e['success']:.3f} [{e['ci_low']:.3f}, "
             f"{e['ci_high']:.3f}] | {paired[0]} | {paired[1]} | {'–' if name == 'base' else f'{p:.2g}'} |"
         )
+
+    # the comparison on the same budget: filtered against unfiltered, paired by seed (each pair shares its warm start)
+    def wins(seed, name):
+        return round(merged["seeds"][seed][name]["success"] * merged["seeds"][seed][name]["episodes"])
+
+    differences = [wins(seed, "grpo_filtered") - wins(seed, "grpo_unfiltered") for seed in seeds]
+    mean, half = interval([d / merged["settings"]["eval_episodes"] for d in differences])
+    ahead = sum(d > 0 for d in differences)
+    print(f"\nfiltered − unfiltered, paired by seed: {' / '.join(f'{d:+d}' for d in differences)} successes, "
+          f"{mean:+.3f} ± {half:.3f} [95% t]; filtered ahead on {ahead} of {len(seeds)} seeds")  # fmt: skip
     return evals
 
 

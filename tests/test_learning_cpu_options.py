@@ -70,6 +70,12 @@ def test_pool_prints_per_seed_and_pooled_successes_paired_intervals_and_p_values
     # no success in 144: the Wilson upper bound is 1.96^2 / (144 + 1.96^2) = 0.026
     assert "| base | 0 / 0 / 0 | 0 of 144: 0.000 [0.000, 0.026] | – | -0.125 ± 0.090 | – |" in table
     assert evals["grpo_filtered"]["wins"] == 12 and evals["grpo_filtered"]["episodes"] == 144
+    # filtered - unfiltered per seed: (2-3, 7-8, 3-3) = (-1, -1, 0) successes; mean -2/144 = -0.014; squared
+    # deviations from -2/3 sum to 2/3 (in 1/48^2), so sd 1/(48 sqrt 3), standard error 1/144, half-width 4.303/144
+    assert (
+        "filtered − unfiltered, paired by seed: -1 / -1 / +0 successes, -0.014 ± 0.030 [95% t]; filtered ahead "
+        "on 0 of 3 seeds" in table
+    )
 
 
 def test_pool_refuses_mixed_pipelines_partial_runs_and_repeated_seeds(benchmark, tmp_path):
