@@ -24,7 +24,7 @@ float32. `--no-bf16` runs everything in float32. The default is bf16 where oneDN
 Success rates carry 95% Wilson intervals over episodes. Figures: `docs/figures/learning_cpu_success.png` (success
 before/after) and `docs/figures/learning_cpu_curves.png` (reward, kept fraction, MI, entropy per step).
 
-    python benchmarks/learning_cpu.py                  # the documented run (seeds below)
+    python benchmarks/learning_cpu.py                  # seed 0 of the run in docs/real_model.md
     python benchmarks/learning_cpu.py --quick          # a smoke check of the pipeline (minutes)
     python benchmarks/learning_cpu.py --seed 1 --out s1.json    # one seed per invocation, then
     python benchmarks/learning_cpu.py --pool s0.json s1.json s2.json    # the table over their seeds
