@@ -128,3 +128,23 @@ def test_tool_adapters_say_why_not_and_fall_back_to_a_tool_template(tmp_path):
         GRPOTrainer(processing_class=tokenizer, **kwargs)
     tokenizer.chat_template = _chat_template("qwen2_5")
     GRPOTrainer(processing_class=tokenizer, **kwargs)  # accepted: the tool schema renders under this template
+
+
+def test_learning_benchmark_pipeline_runs_end_to_end_at_quick_sizes(tmp_path):
+    """`benchmarks/learning_cpu.py --quick`: every stage on the real model (base, warm start, filtered and unfiltered
+    GRPO, four evaluations). The solver's demonstrations all reach the goal, and the warm start trains on them."""
+    out = tmp_path / "quick.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "learning_cpu.py"), "--quick", "--out", str(out)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    results = json.loads(out.read_text())
+    assert sorted(results["eval"]) == ["base", "grpo_filtered", "grpo_unfiltered", "warm_start"]
+    assert all(e["episodes"] == 4 for e in results["eval"].values())
+    assert results["solver_success"] == 1.0
+    first, last = results["sft_loss_first_last"]
+    assert math.isfinite(first) and last < first
+    (filtered,) = results["logs"]["grpo_filtered"]
+    (unfiltered,) = results["logs"]["grpo_unfiltered"]
+    assert "ragen2/filter/kept_fraction" in filtered and "ragen2/filter/kept_fraction" not in unfiltered
+    assert "ragen2/mi/first_turn/retrieval_acc" in filtered  # MI diagnostics at step 1
