@@ -3,14 +3,14 @@
 Seeds may come from different files, and so may the modes of one seed; the paired differences are checked
 against values worked out by hand."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from .benchmark_scripts import load_benchmark
 
-BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "keep_rate_real.py"
+
 SETTINGS = {
     "quick": False, "seeds": [0], "threads": 2, "max_turns": 3, "max_tokens_per_turn": 48, "eval_episodes": 48,
     "sft_episodes": 96, "sft_epochs": 1, "sft_lr": 5e-5, "grpo_steps": 8, "grpo_prompts": 4, "grpo_generations": 4,
@@ -20,10 +20,7 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def benchmark():
-    spec = importlib.util.spec_from_file_location("keep_rate_real", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("keep_rate_real")
 
 
 def outcome(wins: int, kept: float | None = None) -> dict:

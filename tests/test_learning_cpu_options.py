@@ -1,15 +1,15 @@
 """`benchmarks/learning_cpu.py` options: `--pool`, the table over the seeds of separate runs, checked against values
 worked out by hand (Wilson bounds, paired t intervals, Fisher exact tails); and the bf16 default."""
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 
+from .benchmark_scripts import load_benchmark
 
-BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "learning_cpu.py"
+
 SETTINGS = {
     "quick": False, "stage": "all", "variant": "filtered", "warm_dir": None, "inputs": [], "seed": 0, "threads": 2,
     "max_turns": 3, "max_tokens_per_turn": 40, "eval_episodes": 48, "sft_episodes": 128, "sft_epochs": 2,
@@ -20,10 +20,7 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def benchmark():
-    spec = importlib.util.spec_from_file_location("learning_cpu", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("learning_cpu")
 
 
 def write(folder: Path, seed: int, wins: dict, **settings) -> str:

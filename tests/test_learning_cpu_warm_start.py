@@ -3,9 +3,7 @@ its reasoning text worked out by hand, and the padding-free fine-tuning step aga
 padded batch."""
 
 import copy
-import importlib.util
 import itertools
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,17 +11,15 @@ import torch
 
 from trl_ragen2_envs.frozen_lake import FrozenLakeEnv, FrozenLakeMap
 
+from .benchmark_scripts import load_benchmark
 
-BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "learning_cpu.py"
+
 OFFSETS = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
 
 
 @pytest.fixture(scope="module")
 def benchmark():
-    spec = importlib.util.spec_from_file_location("learning_cpu", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("learning_cpu")
 
 
 def walk(lake: FrozenLakeMap, moves) -> tuple[int, int] | None:

