@@ -490,12 +490,17 @@ def pool(paths: list[str]) -> dict:
     return merged
 
 
+def successes(evaluation: dict) -> int:
+    """The episodes an `evaluate` dict's policy won."""
+    return round(evaluation["success"] * evaluation["episodes"])
+
+
 def pooled_evals(merged: dict) -> dict:
     """Each policy's successes summed over the seeds, as an `evaluate` dict with its Wilson interval."""
     evals = {}
     for name in POLICIES:
         runs = [per_seed[name] for per_seed in merged["seeds"].values()]
-        wins, n = sum(round(r["success"] * r["episodes"]) for r in runs), sum(r["episodes"] for r in runs)
+        wins, n = sum(successes(r) for r in runs), sum(r["episodes"] for r in runs)
         rate, low, high = wilson(wins, n)
         evals[name] = {"success": rate, "ci_low": low, "ci_high": high, "episodes": n, "wins": wins}
     return evals
@@ -514,7 +519,7 @@ def report_pool(merged: dict) -> dict:
     print("|---|---|---|---|---|---|")
     for name in POLICIES:
         runs = [merged["seeds"][seed][name] for seed in seeds]
-        per_seed = " / ".join(str(round(r["success"] * r["episodes"])) for r in runs)
+        per_seed = " / ".join(str(successes(r)) for r in runs)
         paired = []
         for baseline in ("base", "warm_start"):
             mean, half = interval([r["success"] - merged["seeds"][seed][baseline]["success"]
@@ -527,12 +532,9 @@ def report_pool(merged: dict) -> dict:
             f"| {name} | {per_seed} | {e['wins']} of {e['episodes']}: {e['success']:.3f} [{e['ci_low']:.3f}, "
             f"{e['ci_high']:.3f}] | {paired[0]} | {paired[1]} | {'–' if name == 'base' else f'{p:.2g}'} |"
         )
-
     # the comparison on the same budget: filtered against unfiltered, paired by seed (each pair shares its warm start)
-    def wins(seed, name):
-        return round(merged["seeds"][seed][name]["success"] * merged["seeds"][seed][name]["episodes"])
-
-    differences = [wins(seed, "grpo_filtered") - wins(seed, "grpo_unfiltered") for seed in seeds]
+    differences = [successes(runs["grpo_filtered"]) - successes(runs["grpo_unfiltered"])
+                   for runs in (merged["seeds"][seed] for seed in seeds)]  # fmt: skip
     mean, half = interval([d / merged["settings"]["eval_episodes"] for d in differences])
     ahead = sum(d > 0 for d in differences)
     print(f"\nfiltered − unfiltered, paired by seed: {' / '.join(f'{d:+d}' for d in differences)} successes, "
