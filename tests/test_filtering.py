@@ -6,10 +6,16 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from trl_ragen2.filtering import ZERO_SCORE_TOL, filter_stats, group_reward_scores, select_groups
+from trl_ragen2.filtering import (
+    ZERO_SCORE_TOL,
+    filter_stats,
+    group_reward_scores,
+    linear_threshold,
+    select_groups,
+)
 
 
 def mask(*bits):
@@ -118,6 +124,19 @@ SELECTION_CASES = [
     ([2.0, 5.0, 2.0, 2.0], dict(top_p=0.8), {0, 1, 2}),
     # negative scores are candidates (|s| > 1e-10): sum 3, T = 2.7; 3 alone reaches it
     ([3.0, -1.0, 1.0], dict(top_p=0.9), {0}),
+    # top_p, linear, relative margin: T = top_p * sum - eps * sum
+    # sum 10, T = 9.5 - 1 = 8.5: 6 < 8.5, 6 + 3 = 9 >= 8.5 (the absolute margin 0.1 gives T = 9.4 and keeps all three)
+    ([1.0, 6.0, 3.0], dict(top_p=0.95, selection_eps=0.1, selection_eps_mode="relative"), {1, 2}),
+    ([1.0, 6.0, 3.0], dict(top_p=0.95, selection_eps=0.1, selection_eps_mode="absolute"), {0, 1, 2}),
+    # sum 0.015, T = 0.0075 - 0.00015 = 0.00735: 0.01 alone reaches it (absolute: T < 0, nothing; see above)
+    ([0.01, 0.005], dict(top_p=0.5, selection_eps=0.01, selection_eps_mode="relative"), {0}),
+    # variances of rewards with std ~0.002-0.03: sum 1e-3, T = 9e-4 - 1e-5 = 8.9e-4: 6e-4, then 9e-4 >= 8.9e-4
+    ([6e-4, 3e-4, 1e-4], dict(top_p=0.9, selection_eps=0.01, selection_eps_mode="relative"), {0, 1}),
+    ([6.0, 3.0, 1.0], dict(top_p=0.9, selection_eps=0.01, selection_eps_mode="relative"), {0, 1}),  # T = 8.9
+    # RAGEN's absolute margin on the same small scores: T = 9e-4 - 0.01 < 0, nothing is kept
+    ([6e-4, 3e-4, 1e-4], dict(top_p=0.9, selection_eps=0.01, selection_eps_mode="absolute"), set()),
+    # eps = 0 is the same rule in both modes: T = 0.9 * 10 = 9
+    (S4, dict(top_p=0.9, selection_eps=0.0, selection_eps_mode="relative"), {1, 3}),
     # -----------------------------------------------------------------------------------------------------------
     # top_p, linear, keep smallest
     # ascending 1, 3, 6 with T = 0.5 * 10 = 5: 1, 4, then 10
@@ -225,6 +244,30 @@ def test_with_binary_rewards_in_four_groups_of_four_rho_0_9_drops_only_zero_vari
     assert dropped_at[0.8] > 0  # e.g. variances [1/3, 1/3, 1/3, 1/4]: 1.0 of 1.25 reaches 0.8 of the mass
 
 
+def test_relative_margin_selects_the_same_groups_on_every_reward_scale():
+    """Group differences d give G = 2 groups the sample variance d**2 / 2. For d = (4, 2, 1) the variances are
+    (8, 2, 0.5), sum 10.5. At the config defaults (rho 0.9, eps 0.01) the relative threshold is 0.89 * 10.5 = 9.345
+    and RAGEN's absolute one 9.45 - 0.01 = 9.44: both keep 8 + 2 = 10, groups 0 and 1. Scaled by 1e-3 (rewards with
+    a std of 0.0007 to 0.0028, the variances 8e-6, 2e-6, 5e-7) the relative threshold is 9.345e-6 and keeps the
+    same two groups; the absolute one is 9.45e-6 - 0.01 < 0 and keeps nothing."""
+    for scale, absolute_keeps in ((1.0, [True, True, False]), (1e-3, [False, False, False])):
+        rewards = torch.tensor([0.0, 4.0, 0.0, 2.0, 0.0, 1.0]) * scale
+        scores = group_reward_scores(rewards, num_generations=2)
+        torch.testing.assert_close(scores, torch.tensor([8.0, 2.0, 0.5]) * scale**2)
+        relative = select_groups(scores, top_p=0.9, selection_eps=0.01, selection_eps_mode="relative")
+        absolute = select_groups(scores, top_p=0.9, selection_eps=0.01, selection_eps_mode="absolute")
+        assert relative.tolist() == [True, True, False]
+        assert absolute.tolist() == absolute_keeps
+
+
+def test_linear_threshold_by_hand():
+    margin, threshold = linear_threshold(torch.tensor(10.0), 0.9, 0.01, "relative")
+    assert (margin.item(), threshold.item()) == pytest.approx((0.1, 8.9))
+    margin, threshold = linear_threshold(torch.tensor(10.0), 0.9, 0.01, "absolute")
+    assert (margin.item(), threshold.item()) == pytest.approx((0.01, 8.99))
+    assert margin.dtype == threshold.dtype == torch.float32
+
+
 def test_keeps_device_and_dtype():
     keep = select_groups(torch.tensor([1.0, 2.0], dtype=torch.float16))
     assert keep.dtype == torch.bool and keep.device == torch.device("cpu")
@@ -248,6 +291,8 @@ def test_keeps_device_and_dtype():
         ({"strategy": "min_p", "min_p": 2.0}, "min_p must be in \\[0, 1\\], got 2.0"),
         ({"top_p_mode": "cubic"}, "top_p_mode must be one of"),
         ({"selection_eps": -0.1}, "selection_eps must be a finite number >= 0"),
+        ({"selection_eps_mode": "scaled"}, "selection_eps_mode must be one of \\('relative', 'absolute'\\)"),
+        ({"selection_eps": 1.0, "selection_eps_mode": "relative"}, "selection_eps=1.0 with .*'relative' .* below 1"),
     ],
 )
 def test_invalid_arguments_name_the_argument(kwargs, message):
@@ -342,10 +387,39 @@ def test_selection_equals_the_re_derived_ragen_rule(scores, rule, mode, include_
         top_p_mode=mode,
         include_zero=include_zero,
         selection_eps=eps,
+        selection_eps_mode="absolute",  # RAGEN's margin
         largest=largest,
     )
     kept = {i for i, k in enumerate(keep.tolist()) if k}
     assert kept == ragen_selection(scores, strategy, value, mode, include_zero, eps, largest)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scores=st.lists(st.floats(min_value=0.0, max_value=10.0, width=32), min_size=1, max_size=40),
+    top_p=st.one_of(st.floats(0.05, 0.999), st.sampled_from([0.5, 0.9])),
+    eps=st.one_of(st.sampled_from([0.0, 0.01]), st.floats(0.0, 0.04)),
+    include_zero=st.booleans(),
+    exponent=st.integers(-40, 40),
+)
+def test_relative_margin_is_scale_free_and_keeps_a_group_with_variance(scores, top_p, eps, include_zero, exponent):
+    """Scores multiplied by 2**k (exact in float32) select the same groups under the relative margin, and while eps
+    is below top_p a batch with any score above the zero tolerance keeps at least one group."""
+    values = torch.tensor(scores, dtype=torch.float32)
+    scale = 2.0**exponent
+    assume(bool(torch.isfinite(values * scale).all()) and bool(((values * scale == 0) == (values == 0)).all()))
+    assume(bool(((values * scale).abs() > ZERO_SCORE_TOL).eq(values.abs() > ZERO_SCORE_TOL).all()))
+    assume(eps < top_p - 0.01)
+
+    def select(s):
+        return select_groups(
+            s, top_p=top_p, selection_eps=eps, selection_eps_mode="relative", include_zero=include_zero
+        )
+
+    keep = select(values)
+    assert torch.equal(select(values * scale), keep)
+    if bool((values.abs() > ZERO_SCORE_TOL).any()):
+        assert bool(keep.any())
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -24,6 +24,9 @@ import torch
 SCORE_METRICS = ("variance", "std")
 STRATEGIES = ("top_p", "top_k", "min_p")
 TOP_P_MODES = ("linear", "softmax")
+# How the linear top-p margin eps is measured: "relative" (a share of the candidates' score sum, so the rule is the
+# same on every reward scale) or "absolute" (RAGEN's, in score units: made for rewards of order 1 to 10).
+SELECTION_EPS_MODES = ("relative", "absolute")
 # Groups with |score| at or below this are "zero variance" (all rollouts earned the same reward); compared in float32.
 ZERO_SCORE_TOL = 1e-10
 # RAGEN's min-p rule widens its threshold by this much, in float32.
@@ -87,7 +90,31 @@ def _ranked(keys: torch.Tensor, descending: bool) -> torch.Tensor:
     return torch.sort(keys, descending=descending, stable=True).indices
 
 
-def _keep_top_p(scores: torch.Tensor, *, top_p: float, top_p_mode: str, selection_eps: float, largest: bool, **_):
+def linear_threshold(
+    total: torch.Tensor, top_p: float, selection_eps: float, selection_eps_mode: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The margin and the threshold `top_p * total - margin` of the linear top-p rule, both 0-dim float32.
+
+    `total` is the candidates' score sum (float32). The margin is `selection_eps * total` in the `"relative"` mode
+    (so the rule does not depend on the reward scale) and `selection_eps` itself in the `"absolute"` mode (RAGEN's).
+    """
+    total = torch.as_tensor(total, dtype=torch.float32)
+    if selection_eps_mode == "relative":
+        margin = total * selection_eps
+        return margin, top_p * total - margin
+    return torch.tensor(selection_eps, dtype=torch.float32), top_p * total - selection_eps  # RAGEN's expression
+
+
+def _keep_top_p(
+    scores: torch.Tensor,
+    *,
+    top_p: float,
+    top_p_mode: str,
+    selection_eps: float,
+    selection_eps_mode: str,
+    largest: bool,
+    **_,
+):
     if top_p >= 1.0:
         return torch.arange(scores.numel())  # RAGEN's "no filtering" value: every candidate, whatever its score
     if top_p_mode == "softmax":
@@ -99,10 +126,10 @@ def _keep_top_p(scores: torch.Tensor, *, top_p: float, top_p_mode: str, selectio
         first_reaching = int(torch.searchsorted(cumulative, top_p))  # top_p is compared in float32
         return order[: min(first_reaching + 1, scores.numel())]
     # Linear: walk the ranked candidates (high to low, or low to high for keep-smallest), adding each positive score
-    # to the kept mass, until that mass reaches top_p * sum(candidate scores) - eps. The walk stops at the first
+    # to the kept mass, until that mass reaches top_p * sum(candidate scores) - margin. The walk stops at the first
     # score <= 0; if the mass never reaches the threshold nothing is kept, and a threshold <= 0 keeps nothing.
     order = _ranked(scores, descending=largest)
-    threshold = top_p * scores.sum() - selection_eps  # 0-dim float32
+    _, threshold = linear_threshold(scores.sum(), top_p, selection_eps, selection_eps_mode)
     kept_mass, count = 0.0, 0  # the mass adds up in double, and each comparison rounds it to float32
     for score in scores[order].tolist():
         if kept_mass >= threshold or score <= 0:
@@ -151,7 +178,7 @@ def check_top_k(top_k, name: str = "top_k") -> None:
         )
 
 
-def _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps) -> None:
+def _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps, selection_eps_mode) -> None:
     if strategy not in STRATEGIES:
         raise ValueError(f"select_groups: strategy must be one of {STRATEGIES}, got {strategy!r}")
     if top_p_mode not in TOP_P_MODES:
@@ -164,6 +191,15 @@ def _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps
         raise ValueError(f"select_groups: min_p must be in [0, 1], got {min_p!r}")
     if not (isinstance(selection_eps, int | float) and math.isfinite(selection_eps) and selection_eps >= 0.0):
         raise ValueError(f"select_groups: selection_eps must be a finite number >= 0, got {selection_eps!r}")
+    if selection_eps_mode not in SELECTION_EPS_MODES:
+        raise ValueError(
+            f"select_groups: selection_eps_mode must be one of {SELECTION_EPS_MODES}, got {selection_eps_mode!r}"
+        )
+    if selection_eps_mode == "relative" and selection_eps >= 1.0:
+        raise ValueError(
+            f"select_groups: selection_eps={selection_eps!r} with selection_eps_mode='relative' is a share of the "
+            "score mass and must be below 1 (below top_p for the linear rule to keep anything)"
+        )
 
 
 def select_groups(
@@ -176,6 +212,7 @@ def select_groups(
     top_p_mode: str = "linear",
     include_zero: bool = False,
     selection_eps: float = 0.0,
+    selection_eps_mode: str = "absolute",
     largest: bool = True,
 ) -> torch.Tensor:
     """Choose which prompt groups to train on, exactly as RAGEN's `RewardRolloutFilter` selects them.
@@ -201,21 +238,26 @@ def select_groups(
             `largest=False` those with `s <= min(s) / (min_p + 1e-10) + 1e-10`.
         top_p_mode (`str`, defaults to `"linear"`):
             `"linear"` (the paper): walk the ranked candidates adding their scores until the kept mass reaches
-            `top_p * sum(candidate scores) - selection_eps`; the walk stops at a score <= 0, and when the mass
-            never reaches the threshold, or the threshold is <= 0, **nothing** is kept. `"softmax"` (RAGEN's release
-            scripts): rank `softmax(s)` (keep largest) or `softmax(-s)` (keep smallest) and keep the shortest prefix
-            whose cumulative probability reaches `top_p`; at least one group.
+            `top_p * sum(candidate scores) - margin` (see `selection_eps_mode`); the walk stops at a score <= 0,
+            and when the mass never reaches the threshold, or the threshold is <= 0, **nothing** is kept.
+            `"softmax"` (RAGEN's release scripts): rank `softmax(s)` (keep largest) or `softmax(-s)` (keep smallest)
+            and keep the shortest prefix whose cumulative probability reaches `top_p`; at least one group.
         include_zero (`bool`, defaults to `False`):
             Keep zero-score groups among the candidates.
         selection_eps (`float`, defaults to `0.0`):
-            Slack subtracted from the linear top-p threshold (RAGEN uses 0.01).
+            Margin eps of the linear top-p threshold (RAGEN uses 0.01, absolute).
+        selection_eps_mode (`str`, defaults to `"absolute"`):
+            `"absolute"` (RAGEN's): the margin is `selection_eps` in score units, so a batch whose scores sum to at
+            most `selection_eps / top_p` keeps nothing. `"relative"`: the margin is `selection_eps * sum(candidate
+            scores)`, the same rule on every reward scale (multiplying the scores by a power of two changes nothing);
+            `selection_eps` must then be below 1. The trainer configs default to `"relative"`.
         largest (`bool`, defaults to `True`):
             `False` keeps the smallest scores: the paper's "keep smallest" ablation.
 
     Returns:
         `torch.Tensor` of shape `(P,)`, dtype bool, on the scores' device.
     """
-    _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps)
+    _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps, selection_eps_mode)
     scores = torch.as_tensor(scores)
     if scores.dim() != 1 or scores.numel() == 0:
         raise ValueError(
@@ -239,6 +281,7 @@ def select_groups(
             min_p=min_p,
             top_p_mode=top_p_mode,
             selection_eps=selection_eps,
+            selection_eps_mode=selection_eps_mode,
             num_groups=values.numel(),
             largest=largest,
         )

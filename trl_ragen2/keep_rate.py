@@ -211,7 +211,7 @@ def select_under(
     An inactive decision keeps every group (zero-variance ones too), as no filtering would. Otherwise
     `select_groups(scores, strategy=..., top_p=decision.top_p, ...)` chooses (`"auto"` applies `"top_p"`), and
     [`guard_min_kept`] tops the choice up to `min_kept_fraction` of the groups. `selection` holds the other
-    arguments of `select_groups` (`top_k`, `min_p`, `top_p_mode`, `selection_eps`).
+    arguments of `select_groups` (`top_k`, `min_p`, `top_p_mode`, `selection_eps`, `selection_eps_mode`).
     """
     scores = torch.as_tensor(scores)
     if not decision.active:
