@@ -239,6 +239,7 @@ def grpo(model_dir: str, output_dir: str, args, *, filtered: bool = True, **over
         max_completion_length=args.max_turns * (args.max_tokens_per_turn + 150),
         reward_variance_filtering="top_p" if filtered else None, reward_variance_top_p=0.9,
         reward_variance_top_p_mode="linear", reward_variance_include_zero=False,
+        reward_variance_selection_eps_mode="absolute",  # RAGEN's margin, with which the documented runs were made
         reward_variance_empty_patience=args.grpo_steps + 1, mi_every_n_steps=1,
     )  # fmt: skip
     config = SNRFilteredGRPOConfig(**{**fields, **overrides})

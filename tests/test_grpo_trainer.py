@@ -319,11 +319,42 @@ def test_evaluation_is_never_filtered(tmp_path, tiny_tokenizer):
         ({"reward_variance_loss_scaling": "rho"}, "reward_variance_loss_scaling must be one of"),
         ({"reward_variance_empty_patience": -1}, "reward_variance_empty_patience must be >= 0"),
         ({"reward_variance_selection_eps": -1.0}, "reward_variance_selection_eps must be >= 0"),
+        (
+            {"reward_variance_selection_eps_mode": "scaled"},
+            "reward_variance_selection_eps_mode must be one of \\('relative', 'absolute'\\), got 'scaled'; 'relative'",
+        ),
+        (
+            {"reward_variance_selection_eps": 1.5},
+            "reward_variance_selection_eps=1.5 must be below 1 with reward_variance_selection_eps_mode='relative' .*"
+            "reward_variance_selection_eps_mode='absolute' for a margin in score units",
+        ),
+        (
+            {"reward_variance_selection_eps": 0.9},
+            "reward_variance_selection_eps=0.9 must be below reward_variance_top_p=0.9 with "
+            "reward_variance_selection_eps_mode='relative'.* would keep no group; use a share such as 0.01",
+        ),
+        (
+            {
+                "reward_variance_selection_eps": 0.5,
+                "reward_variance_top_p": 1.0,
+                "reward_variance_top_p_schedule": "linear",
+                "reward_variance_top_p_end": 0.4,
+                "reward_variance_schedule_steps": 10,
+            },
+            "reward_variance_selection_eps=0.5 must be below reward_variance_top_p_end=0.4",
+        ),
     ],
 )
 def test_config_validation(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         make_args(tmp_path, **overrides)
+
+
+def test_selection_eps_is_a_share_by_default_and_absolute_on_request(tmp_path):
+    assert make_args(tmp_path).reward_variance_selection_eps_mode == "relative"
+    # an absolute margin is in score units, so any size is allowed; so is a large share where no top-p walk uses it
+    assert make_args(tmp_path, reward_variance_selection_eps=2.0, reward_variance_selection_eps_mode="absolute")
+    assert make_args(tmp_path, reward_variance_selection_eps=0.95, reward_variance_top_p_mode="softmax")
 
 
 @pytest.mark.parametrize("text, value", [("4", 4), ("1", 1), ("0.25", 0.25), ("1.0", 1.0)])

@@ -168,6 +168,11 @@ def test_every_config_parses_for_both_algorithms(recipe, config, algorithm):
     # the paper configs play RAGEN's protocol; the CPU presets keep the recipe scripts' default
     expected_protocol = "trl_ragen2" if config.endswith("_cpu.yaml") else "ragen"
     assert script_args.protocol == script_args.rollout_config().protocol == expected_protocol
+    # the paper configs keep RAGEN's absolute margin of 0.01; the CPU presets the library's relative default
+    expected_margin = ("relative" if config.endswith("_cpu.yaml") else "absolute", 0.01)
+    assert (training_args.reward_variance_selection_eps_mode, training_args.reward_variance_selection_eps) == (
+        expected_margin
+    )
 
 
 def test_algorithm_from_the_yaml_and_the_command_line_overrides_it(tmp_path):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .filtering import SCORE_METRICS, STRATEGIES, TOP_P_MODES, check_top_k
+from .filtering import SCORE_METRICS, SELECTION_EPS_MODES, STRATEGIES, TOP_P_MODES, check_top_k
 from .keep_rate import AUTO, AUTO_OFF_BELOW, AUTO_ON_ABOVE, AUTO_SMOOTHING, SCHEDULES, KeepRateControl
 from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS
 from .run_logs import MI_SCOPES
@@ -71,7 +71,14 @@ class SNRFilterArguments:
             Keep zero-variance groups among the candidates (RAGEN's main-table runs: `True`; its README and the
             top-p sweeps: `False`).
         reward_variance_selection_eps (`float`, *optional*, defaults to `0.01`):
-            Slack subtracted from the linear top-p threshold (RAGEN's `rollout_filter_selection_eps`).
+            Margin eps subtracted from the linear top-p threshold (RAGEN's `rollout_filter_selection_eps`), measured
+            as `reward_variance_selection_eps_mode` says.
+        reward_variance_selection_eps_mode (`str`, *optional*, defaults to `"relative"`):
+            `"relative"`: the margin is eps times the candidates' summed score, so the threshold is
+            `(rho - eps) * sum` and the rule is the same on every reward scale (eps must be below rho).
+            `"absolute"` (RAGEN's, set by the paper configs): the margin is eps in score units, threshold
+            `rho * sum - eps`, so a batch whose scores sum to at most `eps / rho` (0.011 at the defaults: rewards
+            with a std of a few thousandths) keeps nothing.
         reward_variance_largest (`bool`, *optional*, defaults to `True`):
             `False` keeps the lowest-variance groups instead: the paper's "keep smallest" ablation (Table 9).
         reward_variance_loss_scaling (`str`, *optional*, defaults to `"none"`):
@@ -137,7 +144,14 @@ class SNRFilterArguments:
         default=False, metadata={"help": "Keep zero-variance groups among the candidates."}
     )
     reward_variance_selection_eps: float = field(
-        default=0.01, metadata={"help": "Slack subtracted from the linear top-p threshold (RAGEN: 0.01)."}
+        default=0.01, metadata={"help": "Margin subtracted from the linear top-p threshold (RAGEN: 0.01, absolute)."}
+    )
+    reward_variance_selection_eps_mode: str = field(
+        default="relative",
+        metadata={
+            "help": "How the margin is measured: 'relative' (a share of the summed group scores, any reward scale) "
+            "or 'absolute' (RAGEN's, in score units; the paper configs)."
+        },
     )
     reward_variance_largest: bool = field(
         default=True, metadata={"help": "False keeps the lowest-variance groups (the paper's ablation)."}
@@ -215,6 +229,7 @@ class SNRFilterArguments:
             raise ValueError(
                 f"reward_variance_selection_eps must be >= 0, got {self.reward_variance_selection_eps}; RAGEN uses 0.01"
             )
+        self._validate_selection_eps_mode()
         if self.reward_variance_loss_scaling not in LOSS_SCALINGS:
             raise ValueError(
                 f"reward_variance_loss_scaling must be one of {LOSS_SCALINGS}, got {self.reward_variance_loss_scaling!r}"
@@ -224,6 +239,35 @@ class SNRFilterArguments:
                 f"reward_variance_empty_patience must be >= 0 (0 never stops), got {self.reward_variance_empty_patience}"
             )
         self._validate_keep_rate_fields()
+
+    def _validate_selection_eps_mode(self) -> None:
+        mode, eps = self.reward_variance_selection_eps_mode, self.reward_variance_selection_eps
+        if mode not in SELECTION_EPS_MODES:
+            raise ValueError(
+                f"reward_variance_selection_eps_mode must be one of {SELECTION_EPS_MODES}, got {mode!r}; 'relative' "
+                "measures the margin as a share of the summed group scores, 'absolute' in score units (RAGEN)"
+            )
+        if mode != "relative":
+            return
+        if eps >= 1.0:
+            raise ValueError(
+                f"reward_variance_selection_eps={eps} must be below 1 with reward_variance_selection_eps_mode="
+                "'relative' (a share of the summed group scores); use a share such as 0.01, or "
+                "reward_variance_selection_eps_mode='absolute' for a margin in score units"
+            )
+        if self.reward_variance_top_p_mode != "linear" or self.reward_variance_filtering not in ("top_p", AUTO):
+            return
+        rhos = [("reward_variance_top_p", self.reward_variance_top_p)]
+        if self.reward_variance_top_p_schedule != "constant" and self.reward_variance_top_p_end is not None:
+            rhos.append(("reward_variance_top_p_end", self.reward_variance_top_p_end))
+        for name, rho in rhos:
+            if rho < 1.0 and eps >= rho:
+                raise ValueError(
+                    f"reward_variance_selection_eps={eps} must be below {name}={rho} with "
+                    "reward_variance_selection_eps_mode='relative': the margin is that share of the summed group "
+                    "scores, so the linear top-p threshold (rho - eps) * sum would keep no group; use a share such "
+                    "as 0.01, or reward_variance_selection_eps_mode='absolute' for a margin in score units"
+                )
 
     def _validate_keep_rate_fields(self) -> None:
         strategy, schedule = self.reward_variance_filtering, self.reward_variance_top_p_schedule

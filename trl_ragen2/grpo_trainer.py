@@ -228,6 +228,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             min_p=args.reward_variance_min_p,
             top_p_mode=args.reward_variance_top_p_mode,
             selection_eps=args.reward_variance_selection_eps,
+            selection_eps_mode=args.reward_variance_selection_eps_mode,
         )
 
     def _before_filtering(self, inputs: list[dict], batch: dict) -> None:
@@ -544,7 +545,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             lines.append(
                 f"- SNR-aware filtering: `{args.reward_variance_filtering}` on the within-prompt reward "
                 f"`{args.reward_variance_metric}` (top_p={args.reward_variance_top_p}, "
-                f"mode={args.reward_variance_top_p_mode}, include_zero={args.reward_variance_include_zero})"
+                f"mode={args.reward_variance_top_p_mode}, include_zero={args.reward_variance_include_zero}, "
+                f"selection_eps={args.reward_variance_selection_eps} {args.reward_variance_selection_eps_mode})"
             )
             if args.reward_variance_top_p_schedule != "constant" or args.reward_variance_warmup_steps:
                 lines.append(
