@@ -23,7 +23,7 @@ from trl_ragen2.rollout import EpisodeSpec, RolloutConfig
 from trl_ragen2.tiny import make_tiny_model
 from trl_ragen2_envs import make_env
 
-from .scripted import AMPLITUDES, dataset, parity_reward_for, script_generation, tiny_trainer_args
+from .scripted import AMPLITUDES, dataset, parity_reward_for, script_generation, snapshot, tiny_trainer_args
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -109,14 +109,80 @@ def test_infinite_rewards_are_rejected_naming_function_rollout_and_value():
     check_finite_rewards(torch.tensor([[0.0, math.nan], [math.nan, math.nan]]), ["accuracy", "length"])  # NaN ok
 
 
-def test_empty_step_causes_name_nan():
-    assert empty_step_cause(torch.full((8,), math.nan)).startswith("every reward of the batch was NaN (8 rollouts)")
-    assert empty_step_cause(torch.tensor([1.0, 1.0, math.nan, 1.0])).startswith("1 of 4 rewards were NaN")
-    assert empty_step_cause(torch.ones(4)) == "every group's rollouts earned the same reward"
-    message = empty_patience_message(3, 7, empty_step_cause(torch.full((4,), math.nan)))
-    assert "3 consecutive steps: every reward of the batch was NaN" in message and "stops at step 7" in message
-    assert "return a number (not None or NaN) for every completion" in message and "temperature" not in message
-    assert "higher temperature" in empty_patience_message(3, 7, "every group's rollouts earned the same reward")
+# The filter's selection at the config defaults, as the trainer passes it to empty_step_cause
+DEFAULT_SELECTION = dict(top_p=0.9, selection_eps=0.01, selection_eps_mode="relative")
+RAGEN_SELECTION = dict(top_p=0.9, selection_eps=0.01, selection_eps_mode="absolute")
+
+
+def test_empty_step_cause_names_zero_variance_and_its_fix():
+    cause = empty_step_cause(torch.tensor([1.0] * 4 + [0.0] * 4), 4, **DEFAULT_SELECTION)
+    assert cause.kind == "zero_variance"
+    assert cause.text == (
+        "every group has zero reward variance: in each of the 2 groups the scored rollouts earned the same reward "
+        "(rewards from 0 to 1), so there is no learning signal"
+    )
+    assert "(every reward was 0)" in empty_step_cause(torch.zeros(8), 4, **DEFAULT_SELECTION).text
+    message = empty_patience_message(3, 7, cause)
+    assert message.startswith("SNR filter kept no prompt group for 3 consecutive steps: every group has zero reward")
+    assert "Training stops at step 7" in message and "higher temperature" in message
+    assert "reward_variance_selection_eps" not in message  # the margin is not the cause
+    # a variance inside the zero tolerance (1e-10) counts as none, and the message says so
+    tiny = empty_step_cause(torch.tensor([0.0, 1e-5, 0.0, 1e-5]), 4, **DEFAULT_SELECTION)
+    assert (
+        tiny.kind == "zero_variance" and "largest group variance, 3.33e-11, is within the zero tolerance" in tiny.text
+    )
+
+
+def test_empty_step_cause_names_variance_below_the_margin_with_its_numbers():
+    # Four groups [0, 0.004], G = 2: each has sample variance 0.004**2 / 2 = 8e-6 (std 0.0028), sum 3.2e-5.
+    # RAGEN's absolute margin: threshold 0.9 * 3.2e-5 - 0.01 = -0.0099712 <= 0, so nothing is kept.
+    rewards = torch.tensor([0.0, 0.004] * 4)
+    cause = empty_step_cause(rewards, 2, **RAGEN_SELECTION)
+    assert cause.kind == "below_margin"
+    assert cause.text == (
+        "4 of 4 groups have reward variance, but their summed reward variance 3.2e-05 is below the selection "
+        "margin: the linear top-p threshold rho * sum - margin = 0.9 * 3.2e-05 - 0.01 = -0.00997 is <= 0, and then "
+        "the linear rule keeps no group (margin: reward_variance_selection_eps=0.01 in score units, "
+        "reward_variance_selection_eps_mode='absolute')"
+    )
+    assert cause.fix.startswith("Set reward_variance_selection_eps_mode='relative'")
+    assert "lower reward_variance_selection_eps below 0.9 * 3.2e-05 = 2.88e-05, or scale the rewards up" in cause.fix
+    message = empty_patience_message(5, 5, cause)
+    assert "every group" not in message and "earned the same reward" not in message
+    # the threshold is over the rule's metric: with "std" the sum is 4 * 0.004 / sqrt(2) = 0.0113 and the threshold
+    # 0.9 * 0.0113 - 0.01 = 0.0002 > 0, so the margin is not what emptied such a step
+    assert empty_step_cause(rewards, 2, metric="std", **RAGEN_SELECTION).kind == "selection"
+    # a relative margin at or above rho (select_groups allows it, the config does not)
+    cause = empty_step_cause(rewards, 2, top_p=0.5, selection_eps=0.5, selection_eps_mode="relative")
+    assert cause.kind == "below_margin" and "0.5 * 3.2e-05 - 1.6e-05 = 0 is <= 0" in cause.text
+    assert cause.fix == "Lower reward_variance_selection_eps below reward_variance_top_p=0.5"
+
+
+def test_empty_step_cause_names_nan_and_inf_rewards():
+    nan, inf = math.nan, math.inf
+    cause = empty_step_cause(torch.full((8,), nan), 4, **DEFAULT_SELECTION)
+    assert cause.kind == "nan" and cause.text.startswith("every reward of the batch was NaN (8 rollouts)")
+    assert "return a finite number (not None, NaN or inf) for every completion" in cause.fix
+    message = empty_patience_message(3, 7, cause)
+    assert "3 consecutive steps: every reward of the batch was NaN" in message and "temperature" not in message
+    # inf is named as inf, not as NaN
+    cause = empty_step_cause(torch.tensor([inf, -inf, nan, nan]), 4, **DEFAULT_SELECTION)
+    assert (
+        cause.kind == "nan"
+        and cause.text == "no reward of the batch was finite (2 of 4 rewards were NaN and 2 were inf)"
+    )
+    # one scored rollout per group: no group has a variance to measure
+    cause = empty_step_cause(torch.tensor([1.0, nan, nan, nan, nan, 5.0, inf, nan]), 4, **DEFAULT_SELECTION)
+    assert cause.kind == "nan"
+    assert cause.text == (
+        "5 of 8 rewards were NaN and 1 was inf, so no group had two scored rollouts to compare (a group's variance "
+        "needs two)"
+    )
+    # some rewards unscored, the scored ones equal within each group: both are named
+    cause = empty_step_cause(torch.tensor([1.0, 1.0, nan, 1.0, 2.0, inf, 2.0, 2.0]), 4, **DEFAULT_SELECTION)
+    assert cause.kind == "zero_variance"
+    assert cause.text.startswith("1 of 8 rewards was NaN and 1 was inf (ignored within their groups); besides them, ")
+    assert cause.fix.startswith("Check why the reward functions leave some completions without a finite reward")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -162,6 +228,47 @@ def test_training_stopped_by_all_nan_rewards_names_nan(tmp_path, tiny_tokenizer,
     assert trainer.state.global_step == 1
     assert "every reward of the batch was NaN (16 rollouts)" in caplog.text
     assert "earned the same reward" not in caplog.text
+
+
+# Rewards with a std of about 0.002: [0, a, 0, a] in every group has sample std a / sqrt(3) = 0.00202 (variance
+# 4.08e-6, summed over the 4 groups 1.63e-5), far below RAGEN's absolute margin 0.01 / 0.9 = 0.011.
+SMALL_AMPLITUDE = 0.0035
+
+
+def test_rewards_with_a_std_of_0_002_train_at_the_default_settings(tmp_path, tiny_tokenizer):
+    small = dict.fromkeys(AMPLITUDES, SMALL_AMPLITUDE)
+    trainer = tiny_trainer(tmp_path, tiny_tokenizer, parity_reward_for(small), max_steps=6)
+    before = snapshot(trainer.model)
+    trainer.train()
+    after = snapshot(trainer.model)
+    assert trainer.args.reward_variance_filtering == "top_p" and trainer.args.reward_variance_selection_eps == 0.01
+    assert trainer.state.global_step == 6, "past the default empty-step patience of 5"
+    assert any(not torch.equal(before[name], after[name]) for name in before), "the parameters must change"
+    logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert [log["ragen2/filter/kept_groups"] for log in logs] == [4.0] * 6
+    assert trainer.filter_state.empty_steps == 0
+
+
+def test_a_run_stopped_by_ragens_absolute_margin_names_the_margin(tmp_path, tiny_tokenizer, caplog):
+    small = dict.fromkeys(AMPLITUDES, SMALL_AMPLITUDE)
+    trainer = tiny_trainer(
+        tmp_path,
+        tiny_tokenizer,
+        parity_reward_for(small),
+        max_steps=3,
+        reward_variance_selection_eps_mode="absolute",  # the paper configs' setting
+        reward_variance_empty_patience=1,
+    )
+    before = snapshot(trainer.model)
+    with caplog.at_level(logging.WARNING, logger="trl_ragen2.grpo_trainer"):
+        trainer.train()
+    assert trainer.state.global_step == 1
+    assert all(torch.equal(before[name], param) for name, param in snapshot(trainer.model).items())
+    assert "4 of 4 groups have reward variance, but their summed reward variance 1.63e-05 is below" in caplog.text
+    assert "reward_variance_selection_eps=0.01 in score units" in caplog.text
+    assert "Set reward_variance_selection_eps_mode='relative'" in caplog.text
+    assert "earned the same reward" not in caplog.text
+    assert trainer.state.log_history[0]["ragen2/filter/zero_variance_groups"] == 0
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from .grad_report import GradientReport, check_report_settings
 from .grpo_config import SNRFilteredGRPOConfig
 from .keep_rate import AUTO, FilterDecision, select_under
 from .micro_steps import MicroStep, chunk_windows, correct_trl_metrics, fill_chunks, loss_factors, plan_micro_steps
-from .reward_checks import check_finite_rewards, empty_step_cause, reward_function_error
+from .reward_checks import EmptyStepCause, check_finite_rewards, empty_step_cause, reward_function_error
 
 
 logger = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self._early_keep_used: torch.Tensor | None = None
         self._scoring_rows_skipped = 0
         self._generation_is_empty = False
-        self._empty_cause: str | None = None
+        self._empty_cause: EmptyStepCause | None = None
         self._loss_scale = 1.0
         # Extra lines for the model card, e.g. {"Catalogue": "webshop-small-1k"}; recipes fill it.
         self.model_card_details: dict[str, str] = {}
@@ -277,7 +277,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         filtered["num_items_in_batch"] = self.accelerator.gather(loss_token_count(filtered)).sum()
 
         empty = not bool(keep_groups.any())
-        self._empty_cause = empty_step_cause(rewards) if empty else None
+        self._empty_cause = self._empty_step_cause(rewards, decision) if empty else None
         self._update_filter_state(empty, decision)
         kept_fraction = keep_groups.float().mean().item()
         scaling = self.args.reward_variance_loss_scaling
@@ -287,6 +287,21 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
 
         self._filtered_batch = filtered
         return filtered
+
+    def _empty_step_cause(self, rewards: torch.Tensor, decision: FilterDecision) -> EmptyStepCause:
+        """Why this generation's selection kept no group, for the message that stops training."""
+        args = self.args
+        return empty_step_cause(
+            rewards,
+            self.num_generations,
+            metric=args.reward_variance_metric,
+            top_p=decision.top_p if args.reward_variance_filtering in ("top_p", AUTO) else None,
+            top_p_mode=args.reward_variance_top_p_mode,
+            selection_eps=args.reward_variance_selection_eps,
+            selection_eps_mode=args.reward_variance_selection_eps_mode,
+            include_zero=args.reward_variance_include_zero,
+            largest=args.reward_variance_largest,
+        )
 
     def _check_early_selection(self, local_keep: torch.Tensor) -> None:
         early, self._early_keep_used = self._early_keep_used, None

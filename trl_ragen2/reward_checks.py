@@ -4,16 +4,19 @@
   [`RewardFunctionError`] that names it and keeps the original as its cause;
 - [`check_finite_rewards`]: `inf` rewards are rejected with the function, the rollout and the value (NaN is TRL's
   "not scored" and stays allowed);
-- [`empty_step_cause`] and [`empty_patience_message`]: why the SNR filter kept no group (NaN rewards are named
-  as such, not as equal rewards) and the message that stops training after too many such steps.
+- [`empty_step_cause`] and [`empty_patience_message`]: why the SNR filter kept no group (NaN or inf rewards, every
+  group without variance, or variance below the selection margin, each with its numbers and its fix) and the
+  message that stops training after too many such steps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+
+from .filtering import ZERO_SCORE_TOL, group_reward_scores, linear_threshold
 
 
 MAX_CAUSE_CHARS = 500  # the original exception's message is cut here in the wrapped one
@@ -86,35 +89,160 @@ def check_finite_rewards(rewards_per_func: torch.Tensor, names: Sequence[str]) -
     )
 
 
-def empty_step_cause(rewards: torch.Tensor) -> str:
-    """Why a filter step kept no group, from the rollouts' raw rewards `(N,)` (NaN: no function scored it)."""
-    scored = torch.isfinite(rewards)
-    total, missing = rewards.numel(), int((~scored).sum())
-    if missing == total:
-        return (
-            f"every reward of the batch was NaN ({total} rollouts): no reward function scored any completion "
-            "(each returned None or NaN)"
+class EmptyStepCause(NamedTuple):
+    """Why a filter step kept no group: `kind` is `"nan"`, `"zero_variance"`, `"below_margin"` or `"selection"`,
+    `text` names the cause with the batch's numbers and `fix` says what to change."""
+
+    kind: str
+    text: str
+    fix: str
+
+
+NAN_FIX = (
+    "Make at least one reward function return a finite number (not None, NaN or inf) for every completion; check "
+    "that the dataset columns it reads reach it"
+)
+PARTIAL_NAN_FIX = (
+    "Check why the reward functions leave some completions without a finite reward (None, NaN or inf): those "
+    "rollouts do not count towards their group's variance"
+)
+ZERO_VARIANCE_FIX = (
+    "To continue, give the filter variance to work with: raise num_generations, sample at a higher temperature, "
+    "use a denser reward, set reward_variance_include_zero=True with reward_variance_top_p_mode='softmax'"
+)
+
+
+def _unscored(rewards: torch.Tensor) -> str:
+    """'3 of 16 rewards were NaN', '3 of 16 rewards were NaN and 1 was inf', or '' when every reward is finite."""
+    nan, inf = int(torch.isnan(rewards).sum()), int(torch.isinf(rewards).sum())
+    if not (nan or inf):
+        return ""
+    first, count = ("NaN", nan) if nan else ("inf", inf)
+    text = f"{count} of {rewards.numel()} rewards {'was' if count == 1 else 'were'} {first}"
+    if nan and inf:
+        text += f" and {inf} {'was' if inf == 1 else 'were'} inf"
+    return text
+
+
+def empty_step_cause(
+    rewards: torch.Tensor,
+    num_generations: int,
+    *,
+    metric: str = "variance",
+    top_p: float | None = None,
+    top_p_mode: str = "linear",
+    selection_eps: float = 0.0,
+    selection_eps_mode: str = "absolute",
+    include_zero: bool = False,
+    largest: bool = True,
+) -> EmptyStepCause:
+    """Why a filter step kept no group, from the rollouts' raw rewards `(N,)` in group order and the selection.
+
+    Args:
+        rewards (`torch.Tensor` of shape `(P * G,)`): the raw rewards the filter saw (NaN: no function scored it).
+        num_generations (`int`): rollouts per group, G.
+        metric, top_p_mode, selection_eps, selection_eps_mode, include_zero, largest: the selection's settings, as
+            passed to [`~trl_ragen2.filtering.select_groups`].
+        top_p (`float` or `None`): the rho in force when the rule was `"top_p"` (or `"auto"`, on); `None` for the
+            other rules, which keep at least one group whenever one has variance.
+
+    Returns:
+        [`EmptyStepCause`], in this order of precedence: every reward NaN or inf, or no group with two finite
+        rewards (`"nan"`); every group with zero variance, the non-finite rewards named when there are some
+        (`"zero_variance"`); variance, but a linear top-p threshold `rho * sum - margin <= 0` (`"below_margin"`,
+        with the sum, the margin and the settings to change); otherwise the rule itself (`"selection"`).
+    """
+    rewards = torch.as_tensor(rewards).to(torch.float64)
+    finite = torch.isfinite(rewards)
+    unscored = _unscored(rewards)
+    if not bool(finite.any()):
+        if bool(torch.isnan(rewards).all()):
+            text = (
+                f"every reward of the batch was NaN ({rewards.numel()} rollouts): no reward function scored any "
+                "completion (each returned None or NaN)"
+            )
+        else:
+            text = f"no reward of the batch was finite ({unscored})"
+        return EmptyStepCause("nan", text, NAN_FIX)
+    variance = group_reward_scores(rewards, num_generations, metric="variance").to(torch.float64)  # (P,)
+    num_groups = variance.numel()
+    scored_per_group = finite.view(-1, num_generations).sum(dim=1)
+    if not bool((scored_per_group >= 2).any()):
+        return EmptyStepCause(
+            "nan",
+            f"{unscored}, so no group had two scored rollouts to compare (a group's variance needs two)",
+            NAN_FIX,
         )
-    if missing:
-        return f"{missing} of {total} rewards were NaN and every group's scored rollouts earned the same reward"
-    return "every group's rollouts earned the same reward"
+    prefix = f"{unscored} (ignored within their groups); besides them, " if unscored else ""
+    if bool((variance <= ZERO_SCORE_TOL).all()):
+        values = rewards[finite]
+        low, high = values.min().item(), values.max().item()
+        seen = f"every reward was {low:g}" if low == high else f"rewards from {low:g} to {high:g}"
+        text = (
+            f"{prefix}every group has zero reward variance: in each of the {num_groups} groups the scored rollouts "
+            f"earned the same reward ({seen}), so there is no learning signal"
+        )
+        largest_variance = variance.max().item()
+        if largest_variance > 0:
+            text += (
+                f" (the largest group variance, {largest_variance:.3g}, is within the zero tolerance "
+                f"{ZERO_SCORE_TOL:g}: rescale the rewards to see it)"
+            )
+        fix = ZERO_VARIANCE_FIX if not unscored else f"{PARTIAL_NAN_FIX}. {ZERO_VARIANCE_FIX}"
+        return EmptyStepCause("zero_variance", text, fix)
+
+    scores = group_reward_scores(rewards, num_generations, metric=metric)  # float32, as select_groups sees them
+    candidates = scores if include_zero else scores[scores.abs() > ZERO_SCORE_TOL]
+    total = candidates.sum()
+    with_variance = int((variance > ZERO_SCORE_TOL).sum())
+    if top_p is not None and top_p < 1.0 and top_p_mode == "linear":
+        margin, threshold = linear_threshold(total, top_p, selection_eps, selection_eps_mode)
+        if threshold.item() <= 0:
+            sum_text, margin_value, threshold_value = f"{total.item():.3g}", margin.item(), threshold.item()
+            if selection_eps_mode == "absolute":
+                margin_text = (
+                    f"reward_variance_selection_eps={selection_eps:g} in score units, "
+                    "reward_variance_selection_eps_mode='absolute'"
+                )
+                fix = (
+                    "Set reward_variance_selection_eps_mode='relative' (the margin becomes a share of the summed "
+                    f"scores, so any reward scale trains), lower reward_variance_selection_eps below {top_p:g} * "
+                    f"{sum_text} = {top_p * total.item():.3g}, or scale the rewards up"
+                )
+            else:
+                margin_text = (
+                    f"reward_variance_selection_eps={selection_eps:g} of the summed scores, "
+                    "reward_variance_selection_eps_mode='relative'"
+                )
+                fix = f"Lower reward_variance_selection_eps below reward_variance_top_p={top_p:g}"
+            return EmptyStepCause(
+                "below_margin",
+                f"{prefix}{with_variance} of {num_groups} groups have reward variance, but their summed reward "
+                f"{metric} {sum_text} is below the selection margin: the linear top-p threshold rho * sum - margin = "
+                f"{top_p:g} * {sum_text} - {margin_value:.3g} = {threshold_value:.3g} is <= 0, and then the "
+                f"linear rule keeps no group (margin: {margin_text})",
+                fix,
+            )
+        if not largest and include_zero and bool((scores <= 0).any()):
+            return EmptyStepCause(
+                "selection",
+                f"{prefix}the keep-smallest walk (reward_variance_largest=False) met a zero-variance group first, "
+                "which reward_variance_include_zero=True makes a candidate, and the linear rule stops there",
+                "Set reward_variance_include_zero=False or reward_variance_top_p_mode='softmax'",
+            )
+    return EmptyStepCause(
+        "selection",
+        f"{prefix}{with_variance} of {num_groups} groups have reward variance (summed {metric} {total.item():.3g}), "
+        "but the selection rule kept none of them",
+        "Check the reward_variance_* settings against the selection rules in docs/method.md",
+    )
 
 
-def empty_patience_message(consecutive: int, step: int, cause: str | None) -> str:
+def empty_patience_message(consecutive: int, step: int, cause: EmptyStepCause | None) -> str:
     """The message that stops training after `consecutive` empty filter steps, the last one for `cause`."""
-    cause = cause or "every group's rollouts earned the same reward"
-    if cause.startswith("every reward of the batch was NaN"):
-        fix = (
-            "Make at least one reward function return a number (not None or NaN) for every completion; check "
-            "that the dataset columns it reads reach it"
-        )
-    else:
-        fix = (
-            "To continue, give the filter variance to work with: raise num_generations, sample at a higher "
-            "temperature, use a denser reward, set reward_variance_include_zero=True with "
-            "reward_variance_top_p_mode='softmax'"
-        )
+    if cause is None:
+        cause = EmptyStepCause("selection", "the selection rule kept no group", ZERO_VARIANCE_FIX)
     return (
-        f"SNR filter kept no prompt group for {consecutive} consecutive steps: {cause}, so there is no learning "
-        f"signal and training stops at step {step}. {fix}, or set reward_variance_empty_patience=0 to never stop."
+        f"SNR filter kept no prompt group for {consecutive} consecutive steps: {cause.text}. Training stops at step "
+        f"{step}. {cause.fix}, or set reward_variance_empty_patience=0 to never stop."
     )
