@@ -77,8 +77,8 @@ class SNRFilterArguments:
             `"relative"`: the margin is eps times the candidates' summed score, so the threshold is
             `(rho - eps) * sum` and the rule is the same on every reward scale (eps must be below rho).
             `"absolute"` (RAGEN's, set by the paper configs): the margin is eps in score units, threshold
-            `rho * sum - eps`, so a batch whose scores sum to at most `eps / rho` (0.011 at the defaults: rewards
-            with a std of a few thousandths) keeps nothing.
+            `rho * sum - eps`, so a batch whose scores sum to at most `eps / rho` keeps nothing (0.011 at the
+            defaults: 8 groups whose rewards have a std below 0.037 each).
         reward_variance_largest (`bool`, *optional*, defaults to `True`):
             `False` keeps the lowest-variance groups instead: the paper's "keep smallest" ablation (Table 9).
         reward_variance_loss_scaling (`str`, *optional*, defaults to `"none"`):
