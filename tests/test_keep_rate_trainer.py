@@ -236,7 +236,7 @@ def test_resume_continues_the_schedule_and_the_switch_exactly(tmp_path, tiny_tok
             "anneals reward_variance_top_p, which reward_variance_filtering='min_p' does not use",
         ),  # fmt: skip
         ({"reward_variance_warmup_steps": -1}, "reward_variance_warmup_steps must be an int >= 0 .* got -1"),
-        ({"reward_variance_schedule_steps": 2.5}, "reward_variance_schedule_steps must be an int >= 0 .* got 2.5"),
+        ({"reward_variance_schedule_steps": 2.5}, "reward_variance_schedule_steps must be an integer, got 2.5"),
         (
             {"reward_variance_auto_on_above": 0.4},
             "reward_variance_auto_off_below \\(0.5\\) must be <= reward_variance_auto_on_above \\(0.4\\)",

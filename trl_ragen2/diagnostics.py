@@ -38,7 +38,6 @@ The EMA state is saved into each `checkpoint-{step}` folder (`mi_diagnostics_sta
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -47,6 +46,7 @@ from dataclasses import InitVar, asdict, dataclass, field
 
 from transformers import TrainerCallback
 
+from .checkpoints import CheckpointError, atomic_write_json, read_json_state
 from .mi import DEFAULT_KS, EMA_KEYS, MARGINAL_MODES, MIZScoreEMA, mi_metric_keys, mi_metrics
 from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS, scope_uncertainty, uncertainty_keys
 from .scoring.collective import ProcessGroup
@@ -366,20 +366,28 @@ class MIDiagnostics:
                 self.ema[scope].load_state_dict(ema_state)
 
     def save(self, checkpoint_dir: str | os.PathLike) -> str:
-        """Write the state into `checkpoint_dir/mi_diagnostics_state.json`; returns the file path."""
+        """Write the state into `checkpoint_dir/mi_diagnostics_state.json` (through a temporary name and a rename,
+        so the file is whole or absent); returns the file path."""
         path = os.path.join(checkpoint_dir, STATE_FILE)
-        with open(path, "w") as f:
-            json.dump(self.state_dict(), f, indent=2)
+        atomic_write_json(path, self.state_dict(), indent=2)
         return path
 
     def load(self, checkpoint_dir: str | os.PathLike) -> bool:
-        """Restore the state saved in `checkpoint_dir`; False (and the state untouched) if there is none."""
+        """Restore the state saved in `checkpoint_dir`; False (and the state untouched, with a warning) if there is
+        none. A file that does not parse raises `trl_ragen2.checkpoints.CheckpointError` naming it."""
         path = os.path.join(checkpoint_dir, STATE_FILE)
         if not os.path.exists(path):
-            logger.info("no %s in %s; MI diagnostics start with a fresh EMA", STATE_FILE, checkpoint_dir)
+            logger.warning(
+                "no %s in %s; MI diagnostics start with a fresh EMA and schedule", STATE_FILE, checkpoint_dir
+            )
             return False
-        with open(path) as f:
-            self.load_state_dict(json.load(f))
+        state = read_json_state(path, checkpoint_dir)
+        try:
+            self.load_state_dict(state)
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            raise CheckpointError(
+                f"{path} is not an MI diagnostics state ({error}); resume from another checkpoint"
+            ) from error
         return True
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .config_types import check_field_types
 from .filtering import SCORE_METRICS, SELECTION_EPS_MODES, STRATEGIES, TOP_P_MODES, check_top_k
 from .keep_rate import AUTO, AUTO_OFF_BELOW, AUTO_ON_ABOVE, AUTO_SMOOTHING, SCHEDULES, KeepRateControl
 from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS
@@ -470,11 +471,43 @@ class GradientReportArguments:
 
 
 @dataclass
-class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, GradientReportArguments, GRPOConfig):
+class RunFolderArguments:
+    r"""
+    One run per output_dir, and resumes that are exact or refused (`trl_ragen2.checkpoints`).
+
+    Parameters:
+        overwrite_output_dir (`bool`, *optional*, defaults to `False`):
+            A run that does not resume refuses an output_dir holding an earlier run's checkpoints or logs
+            (`checkpoint-*`, `trainer_state.json`, `metrics.jsonl`); with `True` it removes them and starts over.
+        resume_allow_missing_state (`bool`, *optional*, defaults to `False`):
+            A resume from a checkpoint that is incomplete, or lacks state this run uses (optimizer, scheduler, RNG,
+            filter, MI or critic state), is an error naming the file; with `True` it resumes with a warning, and
+            what is missing starts from scratch (the run is then not the uninterrupted one).
+    """
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Remove an earlier run's checkpoints and logs from output_dir and start over."},
+    )
+    resume_allow_missing_state: bool = field(
+        default=False,
+        metadata={"help": "Resume from a checkpoint lacking some state (it starts from scratch) instead of failing."},
+    )
+
+
+@dataclass
+class SNRFilteredGRPOConfig(
+    SNRFilterArguments,
+    MIDiagnosticsArguments,
+    GradientReportArguments,
+    RunFolderArguments,
+    GRPOConfig,
+):
     r"""
     Configuration class for [`SNRFilteredGRPOTrainer`]: every [`~trl.GRPOConfig`] field, plus the RAGEN-2
     SNR-aware filtering fields documented in [`SNRFilterArguments`], the MI diagnostics fields documented in
-    [`MIDiagnosticsArguments`] and the gradient report fields of [`GradientReportArguments`].
+    [`MIDiagnosticsArguments`], the gradient report fields of [`GradientReportArguments`] and the output folder
+    and resume fields of [`RunFolderArguments`].
 
     > [!NOTE]
     > The paper trains with P = 8 prompts x G = 16 rollouts per iteration, actor lr 1e-6, clip 0.2 / 0.28, entropy
@@ -483,6 +516,7 @@ class SNRFilteredGRPOConfig(SNRFilterArguments, MIDiagnosticsArguments, Gradient
     """
 
     def __post_init__(self):
+        check_field_types(self)  # a YAML number or list skips argparse's conversion: checked before anything reads it
         super().__post_init__()
         self.validate_reward_variance_fields()
         self.mi_diagnostics_config()  # validates the mi_* fields

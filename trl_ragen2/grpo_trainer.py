@@ -24,15 +24,15 @@ The MI diagnostics (`trl_ragen2.diagnostics`) run on the pre-filter batch, betwe
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import textwrap
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 import torch
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict
 
@@ -47,6 +47,22 @@ from .batch_utils import (
     trim_completion_padding,
     zero_loss_rows,
 )
+from .checkpoints import (
+    CheckpointError,
+    OutputDirInUseError,
+    RunLock,
+    atomic_write_json,
+    check_resume_checkpoint,
+    load_errors_named,
+    mark_complete,
+    previous_run_files,
+    read_json_state,
+    remove_previous_run,
+    resolve_resume,
+    save_errors_named,
+    start_checkpoint,
+)
+from .diagnostics import STATE_FILE as MI_STATE_FILE
 from .diagnostics import MIDiagnostics, _is_sharded
 from .empty_steps import FILTER_STATE_FILE, EmptyStepGuard, FilterState
 from .filtering import filter_stats, group_reward_scores, std_over_mean
@@ -58,6 +74,8 @@ from .reward_checks import EmptyStepCause, check_finite_rewards, empty_step_caus
 
 
 logger = logging.getLogger(__name__)
+
+ENTROPY_STATE_FILE = "entropy_ctrl_state.json"  # TRL's adaptive entropy controller (GRPOTrainer._save_checkpoint)
 
 RAGEN2_PAPER = {
     "title": "RAGEN-2: Reasoning Collapse in Agentic RL",
@@ -517,34 +535,154 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
     # -----------------------------------------------------------------------------------------------------------
     # Checkpoints and model card
 
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        if self.args.should_save:
-            checkpoint_dir = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        """transformers' `train`, with one run per output_dir and resumes that are exact or refused.
+
+        While it trains, the run holds the output_dir's lock (`trl_ragen2.checkpoints.RunLock`); a second run there
+        is refused. A run that does not resume refuses a folder holding an earlier run's checkpoints or logs unless
+        `overwrite_output_dir=True`. `resume_from_checkpoint=True`, `"true"` or `"latest"` is the latest complete
+        checkpoint; any checkpoint resumed from must hold every state file this run uses
+        ([`resume_state_files`]), unless `resume_allow_missing_state=True`.
+        """
+        lock = self._claim_output_dir(resume_from_checkpoint)
+        try:
+            resume = resolve_resume(resume_from_checkpoint, self.args.output_dir)
+            if resume not in (None, False):
+                check_resume_checkpoint(resume, self.resume_state_files(), self.args.resume_allow_missing_state)
+            return super().train(
+                resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
             )
-            self.save_ragen2_state(checkpoint_dir)
+        finally:
+            lock.release()
+
+    def _claim_output_dir(self, resume_from_checkpoint) -> RunLock:
+        """Take the output_dir's lock on the main process, and refuse (or clear, with `overwrite_output_dir`) an
+        earlier run's files when not resuming; the outcome is shared, so every process stops together."""
+        lock = RunLock(self.args.output_dir)
+        error = None
+        if self.args.should_save:
+            try:
+                lock.acquire()
+                previous = previous_run_files(self.args.output_dir)
+                if previous and resume_from_checkpoint in (None, False):
+                    if self.args.overwrite_output_dir:
+                        remove_previous_run(self.args.output_dir)
+                    else:
+                        raise OutputDirInUseError(
+                            f"{self.args.output_dir} holds an earlier run ({', '.join(previous)}); pass "
+                            "resume_from_checkpoint=True (--resume_from_checkpoint latest) to continue it, set "
+                            "overwrite_output_dir=True to remove its checkpoints and logs and start over, or use "
+                            "another output_dir"
+                        )
+            except OutputDirInUseError as raised:
+                error = str(raised)
+                lock.release()
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            error = broadcast_object_list([error])[0]
+        if error is not None:
+            raise OutputDirInUseError(error)
+        return lock
+
+    def resume_state_files(self) -> list[str]:
+        """The files (relative to a checkpoint) a resume of this run needs: transformers' trainer state, optimizer,
+        scheduler, scaler and RNG state, TRL's entropy controller, the filter and MI state."""
+        files = [TRAINER_STATE_NAME, FILTER_STATE_FILE]
+        if self.mi_diagnostics is not None:
+            files.append(MI_STATE_FILE)
+        if self.use_adaptive_entropy:
+            files.append(ENTROPY_STATE_FILE)
+        if not self.args.save_only_model:
+            if not (self.is_deepspeed_enabled or self.is_fsdp_enabled):  # those keep their own optimizer folders
+                files += [OPTIMIZER_NAME, SCHEDULER_NAME]
+            if getattr(self.accelerator, "scaler", None) is not None:
+                files.append(SCALER_NAME)
+            args = self.args
+            files.append("rng_state.pth" if args.world_size <= 1 else f"rng_state_{args.process_index}.pth")
+        return files
+
+    def _save_checkpoint(self, model, trial):
+        """TRL's checkpoint, then the RAGEN-2 state, then the completeness marker; only then the rotation.
+
+        transformers deletes old checkpoints (`save_total_limit`) at the end of its own save, before the RAGEN-2
+        state is written; the rotation is held back until this checkpoint is complete, so the last complete one is
+        never deleted first.
+        """
+        checkpoint_dir = os.path.join(
+            self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        )
+        if self.args.should_save:
+            start_checkpoint(checkpoint_dir)
+        self.accelerator.wait_for_everyone()
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = None
+        try:
+            with save_errors_named(checkpoint_dir):
+                super()._save_checkpoint(model, trial)
+                if self.args.should_save:
+                    self.save_ragen2_state(checkpoint_dir)
+        finally:
+            self.args.save_total_limit = limit
+        self.accelerator.wait_for_everyone()  # every process's files are written
+        if self.args.should_save:
+            with save_errors_named(checkpoint_dir):
+                mark_complete(checkpoint_dir, self.state.global_step)
+            rotate_checkpoints(
+                self._get_output_dir(trial=trial),
+                save_total_limit=limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
 
     def save_ragen2_state(self, checkpoint_dir: str) -> None:
-        """Write the trainer's RAGEN-2 state (filter counters and auto switch, MI EMA) into a checkpoint folder."""
-        with open(os.path.join(checkpoint_dir, FILTER_STATE_FILE), "w") as f:
-            json.dump(asdict(self.filter_state), f)
+        """Write the trainer's RAGEN-2 state (filter counters and auto switch, MI EMA) into a checkpoint folder, each
+        file through a temporary name and a rename."""
+        atomic_write_json(os.path.join(checkpoint_dir, FILTER_STATE_FILE), asdict(self.filter_state))
         if self.mi_diagnostics is not None:
             self.mi_diagnostics.save(checkpoint_dir)
 
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        with load_errors_named(resume_from_checkpoint, "the model weights"):
+            super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_rng_state(self, checkpoint):
+        with load_errors_named(checkpoint, "the RNG state"):
+            super()._load_rng_state(checkpoint)
+
     def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
+        with load_errors_named(checkpoint, "the optimizer and scheduler"):
+            super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             self.load_ragen2_state(checkpoint)
 
     def load_ragen2_state(self, checkpoint_dir: str) -> None:
-        """Restore the state [`save_ragen2_state`] wrote, when the checkpoint has it."""
+        """Restore the state [`save_ragen2_state`] wrote. A missing file is an error naming it, or a warning with
+        `resume_allow_missing_state=True`; a damaged one is an error naming it."""
         path = os.path.join(checkpoint_dir, FILTER_STATE_FILE)
+        if self._resume_file_present(path):
+            state = read_json_state(path, checkpoint_dir)
+            unknown = sorted(set(state) - {f.name for f in fields(FilterState)}) if isinstance(state, dict) else None
+            if unknown or not isinstance(state, dict):
+                raise CheckpointError(
+                    f"{path} is not a filter state of this trl-ragen2 version (unknown keys: {unknown}); resume "
+                    "with the trl-ragen2 version that wrote it, or from another checkpoint"
+                )
+            self.filter_state = FilterState(**state)
+        if self.mi_diagnostics is not None and self._resume_file_present(os.path.join(checkpoint_dir, MI_STATE_FILE)):
+            with load_errors_named(checkpoint_dir, MI_STATE_FILE):
+                self.mi_diagnostics.load(checkpoint_dir)
+
+    def _resume_file_present(self, path: str) -> bool:
         if os.path.exists(path):
-            with open(path) as f:
-                self.filter_state = FilterState(**json.load(f))
-        if self.mi_diagnostics is not None:
-            self.mi_diagnostics.load(checkpoint_dir)
+            return True
+        if not self.args.resume_allow_missing_state:
+            raise CheckpointError(
+                f"cannot resume exactly: {path} is missing; resume from another checkpoint, or set "
+                "resume_allow_missing_state=True to start that state from scratch"
+            )
+        logger.warning("resume_allow_missing_state=True: %s is missing; that state starts from scratch", path)
+        return False
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """TRL's card plus a "RAGEN-2 training details" section (filter settings and counts,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from .config_types import check_field_types
 from .grpo_config import SNRFilteredGRPOConfig
 
 
@@ -112,6 +113,7 @@ class SNRFilteredPPOConfig(SNRFilteredGRPOConfig):
     )
 
     def __post_init__(self):
+        check_field_types(self)  # before num_generations is compared
         if self.num_generations == 1:
             self._post_init_one_rollout_per_prompt()
         else:

@@ -33,6 +33,7 @@ from transformers.optimization import GreedyLR
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import disable_dropout_in_model
 
+from .checkpoints import atomic_torch_save, load_errors_named
 from .critic import (
     CRITIC_DIR,
     CRITIC_OPTIMIZER_FILE,
@@ -485,32 +486,40 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         super().save_model(output_dir, _internal_call)
 
     def save_ragen2_state(self, checkpoint_dir: str) -> None:
-        """Also saves the critic's optimizer and scheduler under `critic/` (not with `save_only_model`)."""
+        """Also saves the critic's optimizer and scheduler under `critic/` (not with `save_only_model`), each
+        through a temporary name and a rename."""
         super().save_ragen2_state(checkpoint_dir)  # the critic's weights are already there (save_model)
         if self.args.save_only_model:
             return
         critic_dir = os.path.join(checkpoint_dir, CRITIC_DIR)
         os.makedirs(critic_dir, exist_ok=True)
-        torch.save(self.critic_optimizer.state_dict(), os.path.join(critic_dir, CRITIC_OPTIMIZER_FILE))
+        atomic_torch_save(self.critic_optimizer.state_dict(), os.path.join(critic_dir, CRITIC_OPTIMIZER_FILE))
         if self.critic_lr_scheduler is not None:
-            torch.save(self.critic_lr_scheduler.state_dict(), os.path.join(critic_dir, CRITIC_SCHEDULER_FILE))
+            atomic_torch_save(self.critic_lr_scheduler.state_dict(), os.path.join(critic_dir, CRITIC_SCHEDULER_FILE))
+
+    def resume_state_files(self) -> list[str]:
+        """Also the critic's weights, and its optimizer and scheduler (not with `save_only_model`)."""
+        files = [*super().resume_state_files(), CRITIC_DIR]  # weights: config.json, or a LoRA adapter
+        if not self.args.save_only_model:
+            files += [f"{CRITIC_DIR}/{CRITIC_OPTIMIZER_FILE}", f"{CRITIC_DIR}/{CRITIC_SCHEDULER_FILE}"]
+        return files
 
     def load_ragen2_state(self, checkpoint_dir: str) -> None:
-        """Also restores the critic's weights, optimizer and scheduler from `critic/`; without that folder, warns
-        and keeps them as initialised."""
+        """Also restores the critic's weights, optimizer and scheduler from `critic/`. A missing file is an error
+        naming it (a warning with `resume_allow_missing_state=True`, and that part starts fresh)."""
         super().load_ragen2_state(checkpoint_dir)
         critic_dir = os.path.join(checkpoint_dir, CRITIC_DIR)
-        if not os.path.isdir(critic_dir):
-            logger.warning(
-                "checkpoint %s has no %s/ folder: the critic starts from its initial weights and a fresh optimizer",
-                checkpoint_dir,
-                CRITIC_DIR,
-            )
+        if not self._resume_file_present(critic_dir):
             return
-        load_value_model_weights(self.unwrapped_critic, critic_dir)
+        with load_errors_named(checkpoint_dir, "the critic's weights"):
+            load_value_model_weights(self.unwrapped_critic, critic_dir)
         optimizer_path = os.path.join(critic_dir, CRITIC_OPTIMIZER_FILE)
-        if os.path.exists(optimizer_path):
-            self.critic_optimizer.load_state_dict(torch.load(optimizer_path, map_location=self.accelerator.device))
+        if self._resume_file_present(optimizer_path):
+            with load_errors_named(checkpoint_dir, "the critic's optimizer"):
+                state = torch.load(optimizer_path, map_location=self.accelerator.device)
+            self.critic_optimizer.load_state_dict(state)
         scheduler_path = os.path.join(critic_dir, CRITIC_SCHEDULER_FILE)
-        if os.path.exists(scheduler_path) and self.critic_lr_scheduler is not None:
-            self.critic_lr_scheduler.load_state_dict(torch.load(scheduler_path))
+        if self.critic_lr_scheduler is not None and self._resume_file_present(scheduler_path):
+            with load_errors_named(checkpoint_dir, "the critic's scheduler"):
+                state = torch.load(scheduler_path)
+            self.critic_lr_scheduler.load_state_dict(state)
