@@ -257,3 +257,124 @@ def test_a_second_run_on_a_folder_in_use_is_refused_and_a_new_run_on_a_finished_
                                     "--overwrite_output_dir", "true"]))  # fmt: skip
     assert not list(out.glob("checkpoint-*"))
     assert [record["step"] for record in read_log_file(out / "metrics.jsonl") if "loss" in record] == [1]
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Logs that cannot stop training, readers that use every intact source
+
+
+class _State:
+    def __init__(self, step):
+        self.global_step, self.is_world_process_zero = step, True
+
+
+def test_a_metrics_file_on_a_full_disk_is_a_warning_not_a_crash(caplog):
+    from trl_ragen2.tracking import MetricsJSONLCallback
+
+    callback = MetricsJSONLCallback("/dev/full")  # every write fails with ENOSPC, from the kernel
+    callback.on_train_begin(None, _State(0), None)
+    for step in (1, 2):
+        callback.on_log(None, _State(step), None, logs={"loss": 0.5})
+    assert caplog.text.count("could not write /dev/full") == 1 and "No space left" in caplog.text
+
+
+def test_an_unfinished_last_line_is_cut_when_training_starts(tmp_path):
+    from trl_ragen2.tracking import MetricsJSONLCallback
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 2.0}\n{"step": 3, "lo')  # killed mid-write
+    callback = MetricsJSONLCallback(path)
+    callback.on_train_begin(None, _State(2), None)  # resumed from checkpoint-2
+    callback.on_log(None, _State(3), None, logs={"loss": 3.0})
+    assert [r["loss"] for r in read_log_file(path)] == [1.0, 2.0, 3.0]
+    assert path.read_text().count("\n") == 3
+
+
+def write_state(path: Path, steps, mtime: float | None = None) -> Path:
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"log_history": [{"step": s, "reward": float(s), "loss": 1.0} for s in steps]}))
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+def test_readers_use_every_intact_source_and_name_the_damaged_ones(tmp_path):
+    from trl_ragen2.run_logs import load_run_logs
+
+    run = tmp_path / "run"
+    write_state(run / "trainer_state.json", [1, 2, 3])
+    lines = ['{"step": 1, "reward": 1.0}', '{"step": 2, "rew{"step": 2, "reward": 2.0}', "garbage", '{"step": 3}']
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    logs = load_run_logs(run)
+    assert logs.source == run / "trainer_state.json" and logs.last_step == 3
+    notes = "\n".join(logs.notes)
+    assert "metrics.jsonl:2 began with an unfinished record" in notes and "metrics.jsonl:3 is not a JSON" in notes
+    assert [r["step"] for r in read_log_file(run / "metrics.jsonl", [])] == [1, 2, 3]
+
+    (run / "trainer_state.json").write_text('{"log_history": [{"step": 1')  # cut short
+    logs = load_run_logs(run)
+    assert logs.source == run / "metrics.jsonl"
+    assert any(note.startswith(f"skipped {run / 'trainer_state.json'}") for note in logs.notes)
+
+
+def test_summary_describes_the_run_of_the_top_level_state_and_says_so(tmp_path, capsys):
+    from trl_ragen2.cli import main
+
+    run = tmp_path / "run"
+    now = time.time()
+    write_state(run / "checkpoint-6" / "trainer_state.json", range(1, 7), mtime=now - 3600)  # an older, longer run
+    write_state(run / "checkpoint-2" / "trainer_state.json", [1, 2], mtime=now - 10)
+    write_state(run / "trainer_state.json", [1, 2], mtime=now)  # the new run, finished
+    assert main(["summary", str(run), "--json"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["source"] == str(run / "trainer_state.json") and summary["last_step"] == 2
+    assert summary["notes"][0].startswith(f"described: {run / 'trainer_state.json'} (the run's final state)")
+    assert any("ignored" in note and "checkpoint-6" in note for note in summary["notes"])
+    assert "checkpoint-6" in captured.err
+
+
+def test_summary_streams_a_large_metrics_file(tmp_path, capsys):
+    import tracemalloc
+
+    from trl_ragen2.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    filler = ", ".join(f'"completions/key_{i}": 0.{i:04d}' for i in range(200))  # keys the summary does not show
+    with open(run / "metrics.jsonl", "w") as f:
+        for step in range(1, 4001):
+            f.write(f'{{"step": {step}, "reward": {step / 4000}, {filler}}}\n')
+    size = (run / "metrics.jsonl").stat().st_size
+    assert size > 15e6
+    tracemalloc.start()
+    try:
+        assert main(["summary", str(run)]) == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "reward" in capsys.readouterr().out
+    assert peak < size / 5, f"summary held {peak:,} bytes for a {size:,}-byte file"
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Config types after YAML parsing
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("mi_every_n_steps: 1.5", "mi_every_n_steps must be an integer, got 1.5"),
+        ("reward_variance_top_p: [0.9]", r"reward_variance_top_p must be a number, got \[0.9\]"),
+        ("num_generations: 2.5", "num_generations must be an integer or None, got 2.5"),
+        ("mi_scopes: first_turn", "mi_scopes must be a list of strings, got 'first_turn'"),
+    ],
+)
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_yaml_values_of_the_wrong_type_name_the_field(tmp_path, line, message, algorithm):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"model_name_or_path: tiny\nuse_cpu: true\nbf16: false\nalgorithm: {algorithm}\n{line}\n")
+    with pytest.raises(ValueError, match=message):
+        recipe_module("sokoban").parse_args(["--config", str(config), "--output_dir", str(tmp_path / "out")])

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .run_logs import MI_SCOPES, format_summary, load_run_logs, summarize
+from .run_logs import MI_SCOPES, format_summary, is_summary_key, load_run_logs, summarize
 
 
 PROG = "trl-ragen2"
@@ -99,7 +99,7 @@ def _run_plot(args) -> int:
         entropy_threshold=args.entropy_threshold,
         dpi=args.dpi,
     )
-    for line in report.missing:
+    for line in report.notes + report.missing:
         print(f"note: {line}", file=sys.stderr)
     if not report.paths:
         return _error("plot", f"nothing to plot in {report.source}; see the notes above for the metrics looked for")
@@ -149,9 +149,11 @@ def _last_regimes(records: list[dict]) -> dict[str, dict]:
 
 
 def _run_summary(args) -> int:
-    logs = load_run_logs(args.output_dir)
+    logs = load_run_logs(args.output_dir, keep=is_summary_key)  # streamed: only the key metrics stay in memory
     rows = summarize(logs.records)
     regimes = _last_regimes(logs.records)
+    for note in logs.notes:  # which source is described and why; sources or lines skipped
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
         summary = {
             "source": str(logs.source),
@@ -162,6 +164,7 @@ def _run_summary(args) -> int:
                 for row in rows
             },
             "regimes": regimes,
+            "notes": logs.notes,
         }
         print(json.dumps(summary, indent=2))
         return 0

@@ -33,7 +33,7 @@ import logging
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .collapse_detector import ALARM_PREFIX
@@ -333,6 +333,7 @@ class RunPlots:
     source: Path  # the log file that was read
     paths: list[Path]
     missing: list[str]  # one line per figure or panel without data
+    notes: list[str] = field(default_factory=list)  # which source was read and why, damaged sources skipped
 
 
 def plot_run_report(
@@ -378,7 +379,7 @@ def plot_run_report(
         path = out_dir / name
         figure.savefig(path, dpi=dpi)
         paths.append(path)
-    return RunPlots(logs.source, paths, missing)
+    return RunPlots(logs.source, paths, missing, logs.notes)
 
 
 def plot_run(output_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, **kwargs) -> list[Path]:

@@ -8,8 +8,11 @@ Any trainer built on transformers' `Trainer` (TRL's, ours) leaves its log calls 
 - `<output_dir>/checkpoint-<N>/trainer_state.json`: the same list up to step N (a running run has only these).
 
 Every record is a dict with `step` plus metric keys; evaluation records carry `eval_` prefixes. [`load_run_logs`]
-picks the source that reaches the furthest step, and [`metric_series`] turns one key into clean `(steps, values)`,
-skipping records where the key is missing, `None`, NaN or infinite.
+picks one source (the run of the top-level `trainer_state.json` when there is one, see there) and says which and
+why in `RunLogs.notes`; a damaged source or line is skipped and named there, never fatal while another source is
+intact. [`metric_series`] turns one key into clean `(steps, values)`, skipping records where the key is missing,
+`None`, NaN or infinite. JSON Lines files are read line by line; `keep=` keeps only the keys a caller needs (the
+summary of a run with a very large `metrics.jsonl` holds only its key metrics in memory).
 
 ```python
 from trl_ragen2.run_logs import load_run_logs, summarize, format_summary
@@ -26,7 +29,8 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -49,10 +53,12 @@ class RunLogsNotFoundError(FileNotFoundError):
 
 @dataclass
 class RunLogs:
-    """The log records of one run and the file they came from."""
+    """The log records of one run, the file they came from, and notes on how it was chosen (sources skipped as
+    older or damaged, damaged lines)."""
 
     source: Path
     records: list[dict]
+    notes: list[str] = field(default_factory=list)
 
     @property
     def keys(self) -> set[str]:
@@ -117,39 +123,78 @@ def _drop_replayed(records: list[dict]) -> list[dict]:
     return kept
 
 
-def read_log_file(path: str | os.PathLike) -> list[dict]:
-    """Records of one file: a `trainer_state.json` (its `log_history`) or a JSON Lines metrics file.
+def _repaired(line: str) -> dict | None:
+    """A record glued to the unfinished start of another (a resumed run appended to a killed run's last line):
+    the last `{"step"` starts the intact one."""
+    start = line.rfind('{"step"')
+    if start <= 0:
+        return None
+    try:
+        record = json.loads(line[start:])
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
 
-    In JSON Lines, blank lines and a truncated last line (a write in progress) are skipped; a malformed line
-    elsewhere raises `ValueError` with its line number.
-    """
-    path = Path(path)
-    if path.suffix == ".jsonl":
-        lines = path.read_text(encoding="utf-8").splitlines()
-        records = []
-        for number, line in enumerate(lines, start=1):
+
+def _slim(record: dict, keep: Callable[[str], bool] | None) -> dict:
+    if keep is None:
+        return record
+    return {key: value for key, value in record.items() if key == "step" or keep(key)}
+
+
+def _read_jsonl(path: Path, problems: list[str] | None, keep) -> list[dict]:
+    records = []
+    pending = None  # a line that did not parse: fatal (strict mode) only if another line follows it
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            if pending is not None:
+                if problems is None:
+                    raise ValueError(pending)
+                problems.append(pending.replace("; fix or delete that line", "; skipped"))
+                pending = None
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                if number == len(lines):
-                    break  # the line being written right now
-                raise ValueError(
-                    f"{path}:{number} is not a JSON object ({error.msg}); fix or delete that line"
-                ) from None
+                record = _repaired(line)
+                if record is None:
+                    pending = f"{path}:{number} is not a JSON object ({error.msg}); fix or delete that line"
+                    continue
+                if problems is not None:
+                    problems.append(f"{path}:{number} began with an unfinished record; its intact record was kept")
             if not isinstance(record, dict):
-                raise ValueError(f"{path}:{number} holds a {type(record).__name__}, expected a JSON object per line")
-            records.append(record)
-        return _drop_replayed(records)
+                message = f"{path}:{number} holds a {type(record).__name__}, expected a JSON object per line"
+                if problems is None:
+                    raise ValueError(message)
+                problems.append(message + "; skipped")
+                continue
+            records.append(_slim(record, keep))
+    # a last line that does not parse is the line being written right now: skipped silently
+    return _drop_replayed(records)
+
+
+def read_log_file(
+    path: str | os.PathLike, problems: list[str] | None = None, keep: Callable[[str], bool] | None = None
+) -> list[dict]:
+    """Records of one file: a `trainer_state.json` (its `log_history`) or a JSON Lines metrics file.
+
+    JSON Lines are read line by line. Blank lines and a truncated last line (a write in progress) are skipped; a
+    line that starts with an unfinished record followed by an intact one keeps the intact one. Another malformed
+    line raises `ValueError` with its line number, or, when a `problems` list is given, is skipped and described
+    there. `keep(key)` selects the metric keys to keep (`step` always stays).
+    """
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path, problems, keep)
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON ({error.msg} at line {error.lineno})") from None
     history = state.get("log_history") if isinstance(state, dict) else None
     if not isinstance(history, list):
         raise ValueError(f"{path} has no 'log_history' list; expected a transformers trainer_state.json")
-    return [record for record in history if isinstance(record, dict)]
+    return [_slim(record, keep) for record in history if isinstance(record, dict)]
 
 
 def find_log_sources(output_dir: str | os.PathLike) -> list[Path]:
@@ -166,14 +211,19 @@ def find_log_sources(output_dir: str | os.PathLike) -> list[Path]:
     return [source for source in sources if source.is_file()]
 
 
-def load_run_logs(path: str | os.PathLike) -> RunLogs:
+def load_run_logs(path: str | os.PathLike, keep: Callable[[str], bool] | None = None) -> RunLogs:
     """The log records of a run: `path` is its output_dir, or one `trainer_state.json` / `.jsonl` file.
 
-    Of the sources found ([`find_log_sources`]), the one whose records reach the highest step wins (a live
-    `metrics.jsonl` beats a checkpoint that is a few steps old); ties go to the earlier source in that order.
+    Sources ([`find_log_sources`]) that cannot be read are skipped and named in `notes`. When the folder has a
+    top-level `trainer_state.json` (written at the end of a run), that run is the one described: another source
+    replaces it only if it was written later and reaches a higher step (the same run resumed and still
+    training), so the checkpoints or log of an older run in the same folder are never taken for it. Without one,
+    the source whose records reach the highest step wins (a live `metrics.jsonl` beats a checkpoint that is a few
+    steps old); ties go to the earlier source in that order. `keep` is passed to [`read_log_file`].
 
     Raises:
         RunLogsNotFoundError: `path` does not exist, or holds none of the expected files, or they are all empty.
+        ValueError: every source found is damaged (the message names each one).
     """
     path = Path(path)
     if not path.exists():
@@ -181,16 +231,46 @@ def load_run_logs(path: str | os.PathLike) -> RunLogs:
     sources = [path] if path.is_file() else find_log_sources(path)
     if not sources:
         raise RunLogsNotFoundError(f"no training logs in {path}: expected {EXPECTED_SOURCES}")
-    best: RunLogs | None = None
+    notes: list[str] = []
+    candidates: list[RunLogs] = []
     for source in sources:
-        logs = RunLogs(source, read_log_file(source))
-        if logs.records and (best is None or (logs.last_step or -1) > (best.last_step or -1)):
-            best = logs
-    if best is None:
+        problems: list[str] = []
+        try:
+            logs = RunLogs(source, read_log_file(source, problems, keep))
+        except (ValueError, OSError) as error:
+            notes.append(f"skipped {source}: {error}")
+            continue
+        notes += problems
+        if logs.records:
+            candidates.append(logs)
+    if not candidates:
+        damaged = [note for note in notes if note.startswith("skipped ")]
+        if damaged:
+            raise ValueError(f"no readable training logs in {path}: " + "; ".join(damaged))
         raise RunLogsNotFoundError(
             f"the training logs in {path} ({', '.join(str(s) for s in sources)}) hold no records yet; "
             "a run logs every `logging_steps` optimizer steps"
         )
+    final = next((logs for logs in candidates if logs.source == path / STATE_FILE), None)
+    best = final
+    for logs in candidates:
+        if final is not None and logs is not final:
+            newer = logs.source.stat().st_mtime > final.source.stat().st_mtime
+            if not newer or (logs.last_step or -1) <= (final.last_step or -1):
+                if (logs.last_step or -1) > (final.last_step or -1):
+                    notes.append(
+                        f"ignored {logs.source} (step {logs.last_step}): older than {final.source}, the run's final "
+                        "state; it belongs to an earlier run in the same folder"
+                    )
+                continue
+        if best is None or (logs.last_step or -1) > (best.last_step or -1):
+            best = logs
+    if final is not None:
+        reason = "the run's final state" if best is final else f"the run resumed after {final.source} was written"
+    else:
+        reason = "the source reaching the highest step"
+    notes.insert(0, f"described: {best.source} ({reason})")
+    best.notes = notes
     return best
 
 
@@ -248,6 +328,20 @@ def summary_keys(keys) -> list[tuple[str, str | None]]:
         ]
     wanted += [("entropy", None), ("step_time", "min")]
     return [(key, direction) for key, direction in wanted if key in keys]
+
+
+SUMMARY_MI_KEYS = ("retrieval_acc", "retrieval_chance", "mi_est", "mi_zscore_ema", "cond_entropy")
+
+
+def is_summary_key(key: str) -> bool:
+    """Whether [`summarize`] (or the summary's regime line) can use the key: a `keep=` for [`load_run_logs`]."""
+    if key in ("reward", "eval_reward", "entropy", "step_time") or key.startswith("ragen2/filter/"):
+        return True
+    match = ENV_KEY.match(key)
+    if match:
+        return match["metric"] == "success_rate"
+    parts = key.split("/")
+    return len(parts) == 4 and parts[:2] == ["ragen2", "mi"] and parts[3] in SUMMARY_MI_KEYS
 
 
 def summarize(records: list[dict]) -> list[SummaryRow]:
