@@ -230,6 +230,16 @@ def test_a_damaged_file_is_named_with_the_previous_checkpoint(reference, tmp_pat
         resume_in_process(out, out / "checkpoint-3", algorithm="grpo")
 
 
+def test_a_filter_state_of_another_version_is_named(reference, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(reference("grpo"), out)
+    checkpoint = out / "checkpoint-3"
+    (checkpoint / COMPLETE_FILE).unlink()  # a checkpoint of another version: no marker to compare sizes with
+    (checkpoint / "ragen2_filter_state.json").write_text('{"empty_steps": 0, "kept_history": []}')
+    with pytest.raises(CheckpointError, match=r"ragen2_filter_state.json is not a filter state.*kept_history"):
+        resume_in_process(out, checkpoint, algorithm="grpo")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # One run per output_dir
 

@@ -25,6 +25,7 @@ print(format_summary(summarize(logs.records)))
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -143,6 +144,8 @@ def _slim(record: dict, keep: Callable[[str], bool] | None) -> dict:
 
 
 def _read_jsonl(path: Path, problems: list[str] | None, keep) -> list[dict]:
+    if keep is not None:
+        keep = functools.cache(keep)  # the same keys on every line: decide each once
     records = []
     pending = None  # a line that did not parse: fatal (strict mode) only if another line follows it
     with open(path, encoding="utf-8", errors="replace") as f:
