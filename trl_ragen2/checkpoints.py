@@ -12,7 +12,7 @@ checkpoint, and a resume from it silently starts whatever state is missing from 
   ([`checkpoint_problems`]); [`latest_complete_checkpoint`] never picks another one.
 - **Resume checks.** [`check_resume_checkpoint`] refuses a checkpoint that is incomplete, or lacks a file the
   resuming run needs, with an error naming the file and the previous complete checkpoint.
-- **The run lock.** [`RunLock`] holds an exclusive `fcntl.flock` on `<output_dir>/ragen2_run.lock` for as long as a
+- **The run lock.** [`RunLock`] holds an exclusive `fcntl.flock` on `<output_dir>/_ragen2_run.lock` for as long as a
   run trains. The kernel drops it when the process dies, so a crashed run never leaves it stuck.
   [`previous_run_files`] finds what an earlier run left in a folder, for the trainer to refuse or overwrite.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 COMPLETE_FILE = "ragen2_checkpoint.json"  # written last: the checkpoint is complete
-LOCK_FILE = "ragen2_run.lock"
+LOCK_FILE = "_ragen2_run.lock"  # a leading underscore: push_to_hub leaves it out
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 RUN_LOG_FILES = ("trainer_state.json", "metrics.jsonl")  # what the log readers take for a run (`run_logs`)
 TEMP_MARK = ".tmp-"  # temporary names: <name>.tmp-<pid>
@@ -380,7 +380,7 @@ def remove_previous_run(output_dir: str | os.PathLike) -> None:
 
 
 class RunLock:
-    """An exclusive, non-blocking `fcntl.flock` on `<output_dir>/ragen2_run.lock`, held while a run trains.
+    """An exclusive, non-blocking `fcntl.flock` on `<output_dir>/_ragen2_run.lock`, held while a run trains.
 
     The lock belongs to the open file: it is released by [`release`], or by the kernel when the process ends
     (a crash or kill -9 included), so it never outlives its run. The file keeps the holder's PID for the message.
