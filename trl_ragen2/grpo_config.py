@@ -17,6 +17,7 @@ from .filtering import SCORE_METRICS, SELECTION_EPS_MODES, STRATEGIES, TOP_P_MOD
 from .keep_rate import AUTO, AUTO_OFF_BELOW, AUTO_ON_ABOVE, AUTO_SMOOTHING, SCHEDULES, KeepRateControl
 from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS
 from .run_logs import MI_SCOPES
+from .vllm_cpu import VLLMEngineArguments
 
 
 LOSS_SCALINGS = ("none", "linear", "sqrt")
@@ -500,6 +501,7 @@ class SNRFilteredGRPOConfig(
     SNRFilterArguments,
     MIDiagnosticsArguments,
     GradientReportArguments,
+    VLLMEngineArguments,
     RunFolderArguments,
     GRPOConfig,
 ):
@@ -520,6 +522,7 @@ class SNRFilteredGRPOConfig(
         super().__post_init__()
         self.validate_reward_variance_fields()
         self.mi_diagnostics_config()  # validates the mi_* fields
+        self.validate_vllm_engine_fields()
         from .grad_report import check_report_settings
 
         check_report_settings(self, sharded=False)  # the trainer checks the sharding

@@ -71,6 +71,7 @@ from .grpo_config import SNRFilteredGRPOConfig
 from .keep_rate import AUTO, FilterDecision, select_under
 from .micro_steps import MicroStep, chunk_windows, correct_trl_metrics, fill_chunks, loss_factors, plan_micro_steps
 from .reward_checks import EmptyStepCause, check_finite_rewards, empty_step_cause, reward_function_error
+from .vllm_cpu import engine_options, use_cpu_weight_sync, vllm_platform_is_cpu
 
 
 logger = logging.getLogger(__name__)
@@ -136,7 +137,10 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
                 f"args must be an SNRFilteredGRPOConfig (it carries the reward_variance_* fields), got "
                 f"{type(args).__name__}; build it with SNRFilteredGRPOConfig(**your_grpo_config.to_dict())"
             )
-        super().__init__(model, reward_funcs, args, *pargs, **kwargs)
+        with engine_options(args):  # the colocate engine's dtype, and a CPU memory error that names the fix
+            super().__init__(model, reward_funcs, args, *pargs, **kwargs)
+        if self.use_vllm and vllm_platform_is_cpu():
+            use_cpu_weight_sync(self.vllm_generation)  # TRL's load_weights cannot reach CPU-packed layers
         self.filter_state = FilterState()
         self.keep_rate_control = args.keep_rate_control()  # rho schedule, warm-up and auto switch
         self._global_rewards_per_func: torch.Tensor | None = None

@@ -190,6 +190,10 @@ def make_tiny_model(
     return model.to(dtype)
 
 
+# vLLM's CPU attention supports head sizes 32, 64, 80, ... (not the default's 16): these sizes give 2 heads of 32.
+VLLM_CPU_SIZES = {"hidden_size": 64, "intermediate_size": 128}
+
+
 def is_tiny_model_name(name_or_path: str | None) -> bool:
     """Whether a model name asks for the offline tiny model (`"tiny"`)."""
     return name_or_path is not None and name_or_path.strip().lower() == TINY_MODEL_NAME
@@ -200,25 +204,27 @@ def default_cache_dir() -> Path:
     return cache_root()
 
 
-def save_tiny_model(output_dir: str | os.PathLike, *, seed: int = 0) -> str:
+def save_tiny_model(output_dir: str | os.PathLike, *, seed: int = 0, **sizes) -> str:
     """Build the tiny model and tokenizer and save both to `output_dir` (a regular `from_pretrained` folder).
 
     A saved copy has a `name_or_path`, which TRL needs wherever it reloads the model by name, e.g. to build the
-    reference model when `beta > 0`.
+    reference model when `beta > 0`, or to start a vLLM engine. `sizes` go to [`make_tiny_model`].
     """
     tokenizer = make_tiny_tokenizer()
-    make_tiny_model(tokenizer, seed=seed).save_pretrained(output_dir)
+    make_tiny_model(tokenizer, seed=seed, **sizes).save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     return str(output_dir)
 
 
-def tiny_model_path(*, seed: int = 0, cache_dir: str | os.PathLike | None = None) -> str:
-    """Folder holding the tiny model for `seed`, saved on first use under the cache directory and reused after."""
-    folder = Path(cache_dir or default_cache_dir()) / f"tiny-qwen2-seed{seed}"
+def tiny_model_path(*, seed: int = 0, cache_dir: str | os.PathLike | None = None, **sizes) -> str:
+    """Folder holding the tiny model for `seed` (and `sizes`, e.g. `VLLM_CPU_SIZES`), saved on first use under the
+    cache directory and reused after."""
+    suffix = "".join(f"-{name}{value}" for name, value in sorted(sizes.items()))
+    folder = Path(cache_dir or default_cache_dir()) / f"tiny-qwen2-seed{seed}{suffix}"
     if not (folder / "config.json").exists() or not (folder / "tokenizer_config.json").exists():
         # Save to a private folder, then rename: concurrent processes never read a half-written model.
         tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
-        save_tiny_model(tmp, seed=seed)
+        save_tiny_model(tmp, seed=seed, **sizes)
         try:
             tmp.replace(folder)
         except OSError:  # another process finished first

@@ -5,8 +5,8 @@ Two engines, both reached through the trainer's own vLLM (`trainer.vllm_generati
 
 - **colocate**: the in-process `vllm.LLM` of this process. Requests use `max_tokens=1` (the one sampled token is
   discarded) and either
-  - the token-id path, on vLLM versions whose `SamplingParams` has `prompt_logprob_token_ids` (feature-detected via
-    `SamplingParams.__struct_fields__`): `prompt_logprob_token_ids=[[t] for t in chain]` and
+  - the token-id path, on vLLM versions whose `SamplingParams` takes one `prompt_logprob_token_ids` list per row
+    (vLLM >= 0.33; feature-detected by `supports_token_id_scoring`): `prompt_logprob_token_ids=[[t] for t in chain]` and
     `prompt_logprob_start=len(context) - 1`, read back from `RequestOutput.prompt_token_id_logprobs`
     (a `[len(chain), 1]` array); the LM head then runs only on chain rows, or
   - the portable path, `prompt_logprobs=0`: `RequestOutput.prompt_logprobs` is one entry per prompt position
@@ -43,9 +43,20 @@ TOKEN_ID_FIELDS = ("prompt_logprob_token_ids", "prompt_logprob_start")
 
 
 def supports_token_id_scoring(sampling_params_cls) -> bool:
-    """Whether this vLLM's `SamplingParams` has the fixed-token prompt-logprob fields (vLLM >= 0.33)."""
+    """Whether this vLLM's `SamplingParams` takes one candidate list per prompt row (vLLM >= 0.33).
+
+    vLLM 0.31 and 0.32 have a field of the same name that holds one flat list of candidates scored at every row
+    (`list[int]`, at most `max_logprobs` distinct ids), which cannot hold each row's own next token: those versions
+    take the portable path. The per-row form is recognised by its annotation, `list[list[int]]`.
+    """
     fields = getattr(sampling_params_cls, "__struct_fields__", ())
-    return all(field in fields for field in TOKEN_ID_FIELDS)
+    if not all(field in fields for field in TOKEN_ID_FIELDS):
+        return False
+    annotations = {}
+    for klass in reversed(getattr(sampling_params_cls, "__mro__", (sampling_params_cls,))):
+        annotations.update(getattr(klass, "__annotations__", {}))
+    annotation = annotations.get(TOKEN_ID_FIELDS[0])
+    return "list[list[" in str(annotation).replace("typing.List", "list").replace(" ", "")
 
 
 def _logprob_value(entry) -> float:

@@ -1,0 +1,61 @@
+"""The trainers with TRL's vLLM colocate engine on vLLM's CPU build: the engine samples from the current policy.
+
+Each case is one short run of `tests/vllm/colocate_run.py` in its own process (vLLM keeps one engine per process). A
+stale engine would be off by what training moved the policy (`engine_vs_initial_max`, 0.2 to 1.5 nats here), and
+TRL's own importance-sampling metric would show it at every step after the first. Both engines run float32, so the
+tolerance is float32's: 1e-4 nats per token (measured: at most 2e-6).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+pytestmark = pytest.mark.vllm
+pytest.importorskip("vllm")
+
+WORKER = Path(__file__).with_name("colocate_run.py")
+FLOAT32_TOLERANCE = 1e-4
+
+
+def run(tmp_path, *flags):
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), *flags, "--steps", "3", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("flags", [("--trainer", "grpo"), ("--trainer", "ppo"), ("--trainer", "grpo", "--lora")])
+def test_engine_samples_from_the_current_policy(tmp_path, flags):
+    result = run(tmp_path, *flags)
+    assert result["steps"] == 3
+    # every step: vLLM's sampling log-probs against the training model's on the same tokens (TRL's IS metric)
+    assert len(result["sampling_logp_difference_max"]) == 3
+    assert max(result["sampling_logp_difference_max"]) < FLOAT32_TOLERANCE
+    assert min(result["importance_sampling_ratio_min"]) > 1 - FLOAT32_TOLERANCE
+    # after the run: fixed sequences, engine against the trained weights and against the initial ones
+    assert result["engine_vs_policy_max"] < FLOAT32_TOLERANCE
+    assert result["engine_vs_initial_max"] > 100 * FLOAT32_TOLERANCE  # training moved the policy: a stale engine fails
+    # the MI diagnostics scored through the engine (mi_engine='vllm'), never NaN, as the transformers scorer does
+    assert result["scorer_vs_transformers_max"] < FLOAT32_TOLERANCE
+    assert result["mi_num_pairs"] == [8.0, 8.0, 8.0]
+    assert not result["nan_in_history"]
+
+
+def test_multi_turn_rollout_generates_through_the_engine(tmp_path):
+    result = run(tmp_path, "--trainer", "ppo", "--multi_turn", "--lora")
+    assert result["steps"] == 3
+    assert len(result["sampling_logp_difference_max"]) == 3
+    assert max(result["sampling_logp_difference_max"]) < FLOAT32_TOLERANCE
+    assert result["engine_vs_policy_max"] < FLOAT32_TOLERANCE
+    assert result["scorer_vs_transformers_max"] < FLOAT32_TOLERANCE
+    assert result["mi_num_pairs"] == [8.0, 8.0, 8.0]
+    assert not result["nan_in_history"]
