@@ -69,11 +69,11 @@ def main():
     startup = time.perf_counter() - start
 
     questions = [f"Describe step {i} of making tea, then give a number between 1 and {i + 2}." for i in range(64)]
-    prompts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
         for q in questions[: args.prompts]
     ]
-    prompts = [list(p["input_ids"]) if isinstance(p, dict) else list(p) for p in prompts]
+    prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
 
     def hf_generate():
         padded = tokenizer.pad({"input_ids": prompts}, return_tensors="pt")
