@@ -38,6 +38,15 @@ def test_model_names():
     assert resolve_local_model("Qwen/Qwen2.5-3B-Instruct") == "Qwen/Qwen2.5-3B-Instruct"
 
 
+def test_the_cache_folder_names_the_transformers_release_that_builds_it():
+    # GGUF readers differ between releases (the EOS token under 5.17 is <|im_start|>, under 5.24 <|im_end|>), so an
+    # environment never reads a build made by another release
+    import transformers
+
+    release = ".".join(transformers.__version__.split(".")[:2])
+    assert SMOLLM2_CACHE_NAME.endswith(f"-transformers{release}")
+
+
 def test_missing_extra_names_the_install_command(monkeypatch, tmp_path):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(

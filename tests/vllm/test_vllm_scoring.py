@@ -96,7 +96,14 @@ def test_sleep_mode_and_server_mode_are_refused_on_cpu(tmp_path):
 
 
 def test_kv_cache_error_names_the_setting_and_the_fix():
-    from trl_ragen2.vllm_cpu import _build_engine
+    import inspect
+
+    from vllm.v1.worker import cpu_worker
+
+    from trl_ragen2.vllm_cpu import _CPU_KV_CACHE_ERROR, _build_engine
+
+    # the text recognised is the one this vLLM's CPU worker raises
+    assert _CPU_KV_CACHE_ERROR in inspect.getsource(cpu_worker)
 
     def refusing_llm(*args, **kwargs):
         raise ValueError(
