@@ -3,6 +3,7 @@
 Run as a script (vLLM's engine needs a `__main__` guard and one engine per process):
 
     python tests/vllm/colocate_run.py --trainer grpo --steps 3 [--multi_turn] [--lora] [--out result.json]
+    torchrun --nproc_per_node 2 tests/vllm/colocate_run.py ...    (one engine per process; --out gets `.rank<N>`)
 
 It trains the tiny model (2 heads of 32, which vLLM's CPU attention supports) with a float32 engine, then
 reports:
@@ -188,10 +189,15 @@ def main(argv=None):
                 isinstance(v, float) and math.isnan(v) for row in history for k, v in row.items() if "ragen2/mi" in k
             ),
             "torch_threads": torch.get_num_threads(),
+            "world_size": trainer.accelerator.num_processes,
+            "num_groups": [row["ragen2/filter/num_groups"] for row in history if "ragen2/filter/num_groups" in row],
+            "trained_logps": trained,  # the replicas of a data-parallel run must hold the same weights
         }
     text = json.dumps(result)
     if options.out:
-        with open(options.out, "w") as handle:
+        rank = int(os.environ.get("RANK", "0"))
+        out = options.out if result["world_size"] == 1 else f"{options.out}.rank{rank}"
+        with open(out, "w") as handle:
             handle.write(text)
     print(text)  # noqa: T201
     return 0

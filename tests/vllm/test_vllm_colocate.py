@@ -7,6 +7,8 @@ tolerance is float32's: 1e-4 nats per token (measured: at most 2e-6).
 """
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +61,31 @@ def test_multi_turn_rollout_generates_through_the_engine(tmp_path):
     assert result["scorer_vs_transformers_max"] < FLOAT32_TOLERANCE
     assert result["mi_num_pairs"] == [8.0, 8.0, 8.0]
     assert not result["nan_in_history"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_processes_each_with_its_own_engine(tmp_path):
+    """Colocate under torchrun with 2 CPU processes (gloo): each process holds an engine, generates its own shard of
+    the prompts and syncs its own replica's weights."""
+    out = tmp_path / "result.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port()), str(WORKER), "--trainer", "grpo", "--steps", "2", "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    ranks = [json.loads((tmp_path / f"result.json.rank{rank}").read_text()) for rank in range(2)]
+    for result in ranks:
+        assert result["world_size"] == 2 and result["steps"] == 2
+        assert max(result["sampling_logp_difference_max"]) < FLOAT32_TOLERANCE
+        assert result["engine_vs_policy_max"] < FLOAT32_TOLERANCE
+        assert result["engine_vs_initial_max"] > 100 * FLOAT32_TOLERANCE
+        assert result["scorer_vs_transformers_max"] < FLOAT32_TOLERANCE
+        # 2 prompts x 4 rollouts per process: the filter ranks the 4 groups of both processes together
+        assert result["num_groups"] == [4.0, 4.0]
+    first, second = (result["trained_logps"] for result in ranks)
+    assert max(abs(a - b) for row_a, row_b in zip(first, second) for a, b in zip(row_a, row_b)) < FLOAT32_TOLERANCE
