@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# GPU checks of the cross-scorers, in one go, from the repository root:
+# GPU checks of the cross-scorers and of the trainers' vLLM colocate path, in one go, from the repository root:
 #
 #   bash tests/gpu/run_gpu_checks.sh
 #
 # Uses the machine's Python (override with PYTHON=...). Installs what is missing from PyPI when it can (vLLM brings
 # a CUDA torch); without network access the vLLM checks are skipped and the CUDA transformers checks still run.
 # Nothing is downloaded from the Hugging Face Hub: the model is a tiny random Qwen2 written to a temporary folder.
-# Budget: about 1 minute once vLLM is installed; the vLLM install itself can take several minutes.
+# Then the real-engine tests of tests/vllm (colocate GRPO, PPO, LoRA, multi-turn, two processes; the scorer against
+# transformers), which pick CUDA when it is there. Budget: about 5 minutes once vLLM is installed; the vLLM install
+# itself can take several minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -41,4 +43,11 @@ EOF
 timeout 600 "$PY" -m pytest tests/gpu -m gpu -o addopts="" -p no:cacheprovider -v -s -rs
 status=$?
 echo "== GPU checks finished with exit status $status"
+if have vllm; then
+    timeout 480 "$PY" -m pytest tests/vllm -m vllm -o addopts="" -p no:cacheprovider \
+        -p no:xdist -v -rs
+    vllm_status=$?
+    echo "== vLLM engine checks finished with exit status $vllm_status"
+    [ "$status" -eq 0 ] && status=$vllm_status
+fi
 exit $status

@@ -74,6 +74,7 @@ def length_reward(completion_ids, **kwargs):
 
 
 def build_trainer(options, output_dir):
+    import torch
     from datasets import Dataset
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer, SNRFilteredPPOConfig, SNRFilteredPPOTrainer
@@ -104,6 +105,8 @@ def build_trainer(options, output_dir):
         mi_engine="vllm",
         **CPU_TRAINING_KWARGS,
     )
+    if torch.cuda.is_available():  # the same run on a GPU machine (tests/gpu/run_gpu_checks.sh): train on CUDA too
+        kwargs.update(use_cpu=False, vllm_gpu_memory_utilization=0.2)
     peft_config = None
     if options.lora:
         from peft import LoraConfig
