@@ -43,6 +43,7 @@ _LAZY = {
     "EpisodeSpec": "trl_ragen2.rollout",
     "TrainerGeneration": "trl_ragen2.generation",
     "ModelGeneration": "trl_ragen2.generation",
+    "EngineGeneration": "trl_ragen2.generation",
     "ScriptedPolicy": "trl_ragen2.generation",
     "MetricsJSONLCallback": "trl_ragen2.tracking",
     "plot_run": "trl_ragen2.plots",

@@ -1,4 +1,5 @@
-"""Generation backends for the rollout engine: the trainer's own path, a plain model, or a scripted policy.
+"""Generation backends for the rollout engine: the trainer's own path, a plain model, a vLLM engine, or a scripted
+policy.
 
 A backend is called once per turn with the token ids of every active episode and returns one reply per episode
 (token ids, ending with EOS unless cut at `max_new_tokens`) and, when the backend has them, per-token log-probs:
@@ -135,6 +136,37 @@ class ModelGeneration:
                 replies.append(row[: row.index(eos) + 1] if eos in row else row)
         self.model.train(was_training)
         return replies, None
+
+
+class EngineGeneration:
+    """Sample with a `vllm.LLM` outside a trainer (evaluation, benchmarks). Single process.
+
+    The engine holds whatever weights were loaded into it: build it on a checkpoint, or load a policy's weights into
+    an in-process engine with [`~trl_ragen2.vllm_cpu.load_policy_weights`] (vLLM's CPU build).
+
+    Args:
+        llm: A `vllm.LLM`.
+        temperature (`float`, defaults to `1.0`): Sampling temperature; `0` decodes greedily.
+        top_p (`float`, defaults to `1.0`): Nucleus sampling.
+        seed (`int`, *optional*): Seeds each call's requests (`SamplingParams.seed` + the call's index), so an
+            evaluation draws the same samples whatever else the engine ran before.
+    """
+
+    def __init__(self, llm, *, temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None):
+        self.llm, self.temperature, self.top_p, self.seed = llm, temperature, top_p, seed
+        self.calls = 0
+
+    def __call__(self, prompt_ids, max_new_tokens, *, episodes=None, group_size=1, pad_to=None):
+        from vllm import SamplingParams
+
+        seed = None if self.seed is None else self.seed + self.calls
+        self.calls += 1
+        params = SamplingParams(
+            max_tokens=max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=-1, seed=seed
+        )
+        outputs = self.llm.generate([{"prompt_token_ids": list(ids)} for ids in prompt_ids], params, use_tqdm=False)
+        # vLLM keeps the EOS that stopped a reply in `token_ids`, as the other backends do
+        return [list(output.outputs[0].token_ids) for output in outputs], None
 
 
 class ScriptedPolicy:
