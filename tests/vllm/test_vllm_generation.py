@@ -41,7 +41,10 @@ def tokenizer(path):
 
 def prompts(count=5):
     generator = torch.Generator().manual_seed(1)
-    return [torch.randint(3, 600, (int(n),), generator=generator).tolist() for n in torch.randint(4, 20, (count,), generator=generator)]
+    return [
+        torch.randint(3, 600, (int(n),), generator=generator).tolist()
+        for n in torch.randint(4, 20, (count,), generator=generator)
+    ]
 
 
 def load_model(path):
