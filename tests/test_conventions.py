@@ -1,8 +1,9 @@
 """Source conventions of `docs/architecture.md`: a test module imports helper modules, never another test module,
-and every section divider has the one style."""
+every section divider has the one style, and code outside the sandbox uses its interface only."""
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -107,3 +108,45 @@ def test_every_section_divider_has_the_one_style():
             found = divider_problems(path.read_text(encoding="utf-8"), recipe=folder == "recipes")
             problems += [f"{path.relative_to(ROOT)}:{problem}" for problem in found]
     assert problems == [], "draw these dividers as a rule of dashes to column 113 and a `# Name` line below it"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The sandbox's interface
+
+SANDBOX = "trl_ragen2_envs.sandbox"
+PACKAGES = {"envs": "trl_ragen2_envs", "trl_ragen2": "trl_ragen2"}  # folder -> import name
+
+
+def imported_modules(path: Path) -> list[str]:
+    """The absolute names of the modules a file imports from (relative imports resolved against its package)."""
+    folder, *subfolders = path.relative_to(ROOT).parent.parts
+    package = [PACKAGES.get(folder, folder), *subfolders]
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.append(node.module or "")
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1]
+            names.append(".".join([*base, *([node.module] if node.module else [])]))
+    return names
+
+
+def test_code_outside_the_sandbox_uses_its_interface_only():
+    """DeepCoder (and any other code task), the recipes and the benchmarks import `trl_ragen2_envs.sandbox`, never
+    one of its modules; only the sandbox's own tests reach inside."""
+    inside = ROOT / "envs" / "sandbox"
+    paths = [
+        path for folder in ("envs", "recipes", "benchmarks", "trl_ragen2") for path in (ROOT / folder).rglob("*.py")
+    ]
+    offenders = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sorted(paths)
+        if inside not in path.parents
+        for name in imported_modules(path)
+        if name.startswith(SANDBOX + ".")
+    ]
+    assert offenders == []
+    deepcoder = [name for path in (ROOT / "envs" / "deepcoder").glob("*.py") for name in imported_modules(path)]
+    assert SANDBOX in deepcoder  # relative imports are resolved: DeepCoder's own import of the sandbox is seen

@@ -334,24 +334,38 @@ def table_defaults(path: Path) -> dict[str, str]:
     return rows
 
 
+def defaults_that_differ(rows: dict[str, str], prefix: str, fields) -> list[str]:
+    """The fields whose documented default (a Python literal in the table's second column) is not the code's."""
+    wrong = []
+    for field in fields:
+        cell = rows.get(prefix + field.name)
+        literal = re.match(r"`([^`]+)`", cell or "")
+        if literal is None:
+            continue  # a default that depends on the environment or the trainer, described in words
+        try:
+            documented = ast.literal_eval(literal.group(1))
+        except (ValueError, SyntaxError):
+            continue
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+        if documented != default:
+            wrong.append(f"{prefix}{field.name}: docs say {documented!r}, code has {default!r}")
+    return wrong
+
+
 def test_documented_defaults_match_the_code():
     """Where configuration.md's tables give a default as a Python literal, it is the field's default."""
     rows = table_defaults(CONFIG_DOC)
-    wrong = []
-    for prefix, _, fields in config_groups():
-        for field in fields:
-            cell = rows.get(prefix + field.name)
-            literal = re.match(r"`([^`]+)`", cell or "")
-            if literal is None:
-                continue  # a default that depends on the environment or the trainer, described in words
-            try:
-                documented = ast.literal_eval(literal.group(1))
-            except (ValueError, SyntaxError):
-                continue
-            default = field.default_factory() if field.default is dataclasses.MISSING else field.default
-            if documented != default:
-                wrong.append(f"{prefix}{field.name}: docs say {documented!r}, code has {default!r}")
+    wrong = [entry for prefix, _, fields in config_groups() for entry in defaults_that_differ(rows, prefix, fields)]
     assert wrong == []
+
+
+def test_sandbox_page_lists_every_sandbox_config_field_with_its_default():
+    from trl_ragen2_envs.sandbox import SandboxConfig
+
+    rows = table_defaults(DOCS / "sandbox.md")
+    fields = dataclasses.fields(SandboxConfig)
+    assert [field.name for field in fields if field.name not in rows] == []
+    assert defaults_that_differ(rows, "", fields) == []
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A real sandbox for untrusted Python programs: one fresh process per test, limited, isolated, killed on time.
+"""The sandbox for untrusted Python programs: one fresh process per execution, limited, isolated, killed on time.
 
 Each execution runs `python -I -B -c <harness.py>` with an empty environment, in a new session, isolated as
 `isolation.py` decides (bubblewrap, or the `unshare` mode, with a fresh unprivileged uid when the parent is
