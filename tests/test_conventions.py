@@ -55,6 +55,7 @@ def test_test_modules_import_only_helper_modules():
 # the same indentation naming the section (`# Section name`); no closing rule.
 DIVIDER_END_COLUMN = 113
 REPEATED_MARK = re.compile(r"([-=#*~_])\1{3,}")  # four of one mark in a row: what every divider style draws with
+HASH_HEADER = re.compile(r"#{2,}(\s|$)")  # `## name`, `### name`: a header drawn with the comment marks themselves
 TRL_SECTION = re.compile(r"#{4} [A-Z]")  # a recipe's section header (Model, Trainer, ...), as in TRL's examples
 
 
@@ -63,7 +64,9 @@ def divider_problems(source: str, recipe: bool = False) -> list[str]:
     lines = source.splitlines()
     problems = []
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type != tokenize.COMMENT or not REPEATED_MARK.search(token.string):
+        if token.type != tokenize.COMMENT or not (
+            REPEATED_MARK.search(token.string) or HASH_HEADER.match(token.string)
+        ):
             continue
         row, column = token.start
         indent = lines[row - 1][:column]
@@ -87,6 +90,8 @@ def test_each_other_divider_style_is_reported():
     others = {
         "closing rule": f"{rule}\n# Section\n{rule}\n",
         "hash banner": f"{'#' * 60}\n# Section\n{'#' * 60}\n",
+        "hash header": "### prompts\n",
+        "two-hash header": "## Section\n",
         "name after the dashes": "# ------------------------------------------------------------ section\n",
         "name between dashes": "# -- section --------------------------------------------------------------\n",
         "equals signs": f"# {'=' * 111}\n# Section\n",
