@@ -24,8 +24,8 @@ reasoning (healthy) or on a mixture whose template share rises from 0 to 1 (coll
 their own input's target, the task of these inputs). The success drop is the first diagnostic with success below
 half of its level before the drift; lead time = success drop minus alarm, both measured.
 
-    python benchmarks/collapse_alarm.py --synthetic 30 --kit-runs 0   # the numbers in docs/method.md
-    python benchmarks/collapse_alarm.py --synthetic 0 --kit-runs 3    # the tiny-model runs in docs/method.md
+    python benchmarks/collapse_alarm.py --synthetic 30 --kit-runs 0   # the numbers in docs/diagnostics.md
+    python benchmarks/collapse_alarm.py --synthetic 0 --kit-runs 3    # the tiny-model runs in docs/diagnostics.md
     python benchmarks/collapse_alarm.py --synthetic 10 --kit-runs 0   # a quick look
 """
 

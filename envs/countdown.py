@@ -57,7 +57,8 @@ from .problem_files import load_problem_file
 from .tool_adapter import ToolEnvAdapter
 
 
-### prompts
+# ---------------------------------------------------------------------------------------------------------------
+# Prompts
 
 INSTRUCTIONS = (
     "You are solving the Countdown puzzle. Combine every number in the list exactly once with +, -, * and / "
@@ -75,7 +76,8 @@ def render_problem(target: int, nums: list[int] | tuple[int, ...]) -> str:
     return f"Target: {target}, nums: {list(nums)}"
 
 
-### game logic (pure functions)
+# ---------------------------------------------------------------------------------------------------------------
+# Game logic (pure functions)
 
 
 def solvable_with_plus_minus(target: int, nums: list[int] | tuple[int, ...]) -> bool:
@@ -189,7 +191,8 @@ def load_problems(
     )
 
 
-### env class
+# ---------------------------------------------------------------------------------------------------------------
+# Env class
 
 
 class CountdownEnv(TextEnv):
@@ -292,7 +295,8 @@ class CountdownEnv(TextEnv):
         return self.observation
 
 
-### TRL adapter
+# ---------------------------------------------------------------------------------------------------------------
+# TRL adapter
 
 
 class CountdownToolEnv(ToolEnvAdapter):

@@ -40,7 +40,8 @@ from .grid import GridEnv, board_size_line, check_seed, ragen_layout
 from .tool_adapter import ToolEnvAdapter
 
 
-### prompts
+# ---------------------------------------------------------------------------------------------------------------
+# Prompts
 
 TASK = (
     "You are walking on a frozen lake. Reach the goal without falling into a hole.\n"
@@ -78,7 +79,8 @@ def slip_note(success_rate: float) -> str:
     return "" if success_rate == 1.0 else SLIP_NOTE.format(success_rate=success_rate)
 
 
-### game logic
+# ---------------------------------------------------------------------------------------------------------------
+# Game logic
 
 PLAYER, FROZEN, HOLE, GOAL, PLAYER_IN_HOLE, PLAYER_ON_GOAL = "P", "_", "O", "G", "X", "√"
 ACTION_NAMES = ("Left", "Down", "Right", "Up")
@@ -205,7 +207,8 @@ def _require_probability(field: str, value: Any, low_open: bool, fix: str) -> fl
     return float(value)
 
 
-### env class
+# ---------------------------------------------------------------------------------------------------------------
+# Env class
 
 
 class FrozenLakeEnv(GridEnv):
@@ -378,7 +381,8 @@ class FrozenLakeEnv(GridEnv):
         return divmod(self._player, self.lake.size)
 
 
-### TRL adapter
+# ---------------------------------------------------------------------------------------------------------------
+# TRL adapter
 
 
 class FrozenLakeToolEnv(ToolEnvAdapter):

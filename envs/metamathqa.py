@@ -44,7 +44,8 @@ from .problem_files import load_problem_file
 from .tool_adapter import ToolEnvAdapter
 
 
-### prompts
+# ---------------------------------------------------------------------------------------------------------------
+# Prompts
 
 INSTRUCTIONS = (
     "You are solving math word problems. Reason step by step, then give only the final numeric answer, "
@@ -64,7 +65,8 @@ def attempts_feedback(attempts_left: int) -> str:
     return f"Incorrect. Please think again. You have {attempts_left} attempt(s) left."
 
 
-### game logic (pure functions)
+# ---------------------------------------------------------------------------------------------------------------
+# Game logic (pure functions)
 
 _ANSWER_MARKER = re.compile(r"the answer is\s*:?", re.IGNORECASE)
 _BOXED = re.compile(r"\\boxed\{(.*)\}")
@@ -327,7 +329,8 @@ def load_problems(path: str | Path) -> tuple[MathProblem, ...]:
     return load_problem_file(path, problem_from_record, what="math problems", expected="a MetaMathQA or GSM8K file")
 
 
-### env class
+# ---------------------------------------------------------------------------------------------------------------
+# Env class
 
 
 class MetaMathQAEnv(TextEnv):
@@ -436,7 +439,8 @@ class MetaMathQAEnv(TextEnv):
         return self.observation
 
 
-### TRL adapter
+# ---------------------------------------------------------------------------------------------------------------
+# TRL adapter
 
 
 class MetaMathQAToolEnv(ToolEnvAdapter):

@@ -42,7 +42,8 @@ from .sokoban_generation import (
 from .tool_adapter import ToolEnvAdapter
 
 
-### prompts
+# ---------------------------------------------------------------------------------------------------------------
+# Prompts
 
 TASK = (
     "You are playing Sokoban. You are the player in a room enclosed by walls; push every box onto a target.\n"
@@ -75,7 +76,8 @@ TOOL_INSTRUCTIONS = (
 )
 
 
-### game logic
+# ---------------------------------------------------------------------------------------------------------------
+# Game logic
 
 STEP_PENALTY = -0.1
 BOX_ON_TARGET_REWARD = 1.0
@@ -114,7 +116,8 @@ def ragen_coordinate_lines(layout, boxes, player: int) -> list[str]:
     return [f"{label}: {', '.join(labels[cell] for cell in cells)}" for label, cells in kinds if cells]
 
 
-### env class
+# ---------------------------------------------------------------------------------------------------------------
+# Env class
 
 
 class SokobanEnv(GridEnv):
@@ -267,7 +270,8 @@ class SokobanEnv(GridEnv):
         )
 
 
-### TRL adapter
+# ---------------------------------------------------------------------------------------------------------------
+# TRL adapter
 
 
 class SokobanToolEnv(ToolEnvAdapter):

@@ -28,7 +28,8 @@ from functools import lru_cache
 import numpy as np
 
 
-### symbols and moves
+# ---------------------------------------------------------------------------------------------------------------
+# Symbols and moves
 
 WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET = "#", "_", "O", "X", "√", "P", "S"
 ACTION_NAMES = ("Up", "Down", "Left", "Right")
@@ -50,7 +51,8 @@ BRUSHES = (
 )
 
 
-### room representation
+# ---------------------------------------------------------------------------------------------------------------
+# Room representation
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,8 @@ def render_grid(layout: RoomLayout, boxes, player: int) -> str:
     return "\n".join(["".join(cells[start : start + width]) for start in range(0, len(cells), width)])
 
 
-### the move rule
+# ---------------------------------------------------------------------------------------------------------------
+# The move rule
 
 
 def push_move(neighbors: tuple[tuple[int, ...], ...], player: int, boxes, action: int) -> tuple[int, int, int]:
@@ -209,7 +212,8 @@ def push_move(neighbors: tuple[tuple[int, ...], ...], player: int, boxes, action
     return step_to, -1, -1
 
 
-### generation
+# ---------------------------------------------------------------------------------------------------------------
+# Generation
 
 
 def carve_floor(height: int, width: int, rng: np.random.Generator) -> list[bool]:
@@ -332,7 +336,8 @@ def generate_room(
     )
 
 
-### solver
+# ---------------------------------------------------------------------------------------------------------------
+# Solver
 
 
 def solve(room: SokobanRoom, max_states: int = 1_000_000) -> list[str] | None:

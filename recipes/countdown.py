@@ -24,22 +24,22 @@ One GPU (Qwen2.5-3B as in the paper, vLLM colocate), GRPO or PPO:
 Several GPUs: `--config_file recipes/accelerate/multi_gpu.yaml` (DDP) or `zero3.yaml`; LoRA with `--use_peft --lora_r
 64`; the Hub with `--push_to_hub --hub_model_id you/countdown-ragen2`.
 
+The task's settings (turns, actions and tokens per turn) are those at the top of `configs/countdown.yaml`,
+whichever `--config` is given; `--config` and the command line override them. Copy that YAML beside the script
+when you copy the script (`parse_recipe_args` looks in `configs/` beside it, then next to it).
+
 `--algorithm ppo` trains with a critic and per-token GAE (`SNRFilteredPPOTrainer`) instead of GRPO's group
-advantage. The algorithm decides which trainer config the other flags fill in, so `parse_args` parses twice: first
-the script arguments alone (`--algorithm` from the command line or the YAML, other flags left aside), then
-everything with the chosen config.
+advantage. The algorithm decides which trainer config the other flags fill in, so `parse_recipe_args` parses
+twice: first the script arguments alone, then everything with the chosen config.
 """
 
-from dataclasses import dataclass, field
-
-from trl import ModelConfig, TrlParser, get_peft_config
+from trl import ModelConfig, get_peft_config
 
 from trl_ragen2 import (
     MetricsJSONLCallback,
     RagenRollout,
     SNRFilteredGRPOConfig,
     SNRFilteredGRPOTrainer,
-    SNRFilteredPPOConfig,
     SNRFilteredPPOTrainer,
     env_return,
 )
@@ -48,7 +48,9 @@ from trl_ragen2.recipe_utils import (
     build_datasets,
     evaluate_final_policy,
     model_init_kwargs,
+    parse_recipe_args,
     resolve_model_name,
+    task_config,
     write_run_report,
 )
 
@@ -56,25 +58,13 @@ from trl_ragen2.recipe_utils import (
 ENV_NAME = "countdown"
 
 
-@dataclass
-class CountdownScriptArguments(AgentScriptArguments):
-    """The Countdown defaults of the recipe's arguments (all of them: `AgentScriptArguments`)."""
-
-    max_turns: int = field(default=1, metadata={"help": "Turns per episode (one answer)."})
-    max_actions_per_turn: int = field(default=1, metadata={"help": "Actions per answer."})
-
-
 def parse_args(args: list[str] | None = None):
-    """`(script args, trainer config, ModelConfig)` from `args` (default: the command line) and its `--config`."""
-    # --algorithm (command line or YAML) picks the trainer config, so the script arguments are read first, alone;
-    # the other flags (and --help) are left to the full parse
-    first = TrlParser(CountdownScriptArguments, add_help=False, allow_abbrev=False)
-    script_args, _ = first.parse_args_and_config(args, return_remaining_strings=True)
-    config_class = SNRFilteredPPOConfig if script_args.algorithm == "ppo" else SNRFilteredGRPOConfig
-    return TrlParser((CountdownScriptArguments, config_class, ModelConfig)).parse_args_and_config(args)
+    """`(script args, trainer config, ModelConfig)` from `args` (default: the command line), its `--config` YAML and
+    the task's settings in `configs/countdown.yaml`."""
+    return parse_recipe_args(AgentScriptArguments, task_config(__file__, ENV_NAME), args)
 
 
-def main(script_args: CountdownScriptArguments, training_args: SNRFilteredGRPOConfig, model_args: ModelConfig) -> None:
+def main(script_args: AgentScriptArguments, training_args: SNRFilteredGRPOConfig, model_args: ModelConfig) -> None:
     #### Model
     training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
     model = resolve_model_name(model_args.model_name_or_path)  # "tiny" is the offline tiny model

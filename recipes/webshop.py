@@ -37,24 +37,26 @@ Eight GPUs with DeepSpeed ZeRO-3, LoRA, pushing checkpoints to the Hub:
 vLLM on separate GPUs: start `trl vllm-serve --model Qwen/Qwen2.5-3B-Instruct` (or `vllm serve`) and add
 `--vllm_mode server`.
 
+The task's settings (turns, actions and tokens per turn) are those at the top of `configs/webshop.yaml`,
+whichever `--config` is given; `--config` and the command line override them. Copy that YAML beside the script
+when you copy the script (`parse_recipe_args` looks in `configs/` beside it, then next to it).
+
 `--algorithm ppo` trains with a critic and per-token GAE (`SNRFilteredPPOTrainer`) instead of GRPO's group
-advantage. The algorithm decides which trainer config the other flags fill in, so `parse_args` parses twice: first
-the script arguments alone (`--algorithm` from the command line or the YAML, other flags left aside), then
-everything with the chosen config.
+advantage. The algorithm decides which trainer config the other flags fill in, so `parse_recipe_args` parses
+twice: first the script arguments alone, then everything with the chosen config.
 """
 
 import logging
 import os
 from dataclasses import dataclass, field
 
-from trl import ModelConfig, TrlParser, get_peft_config
+from trl import ModelConfig, get_peft_config
 
 from trl_ragen2 import (
     MetricsJSONLCallback,
     RagenRollout,
     SNRFilteredGRPOConfig,
     SNRFilteredGRPOTrainer,
-    SNRFilteredPPOConfig,
     SNRFilteredPPOTrainer,
     env_return,
 )
@@ -63,7 +65,9 @@ from trl_ragen2.recipe_utils import (
     build_datasets,
     evaluate_final_policy,
     model_init_kwargs,
+    parse_recipe_args,
     resolve_model_name,
+    task_config,
     write_run_report,
 )
 from trl_ragen2_envs import make_env
@@ -80,7 +84,7 @@ WEBSHOP_DATASETS = ("small", "all")
 @dataclass
 class WebShopScriptArguments(AgentScriptArguments):
     """
-    The WebShop defaults of the recipe's arguments (all of them: `AgentScriptArguments`), and the catalogue.
+    The recipe's arguments (all of them: `AgentScriptArguments`) and WebShop's catalogue.
 
     Parameters:
         webshop_data_dir (`str`, *optional*): WebShop data folder (the 1k or the full 1.18 M-product set); else
@@ -90,8 +94,6 @@ class WebShopScriptArguments(AgentScriptArguments):
         procedural_products (`int`, defaults to `1000`): Size of the procedural catalogue, when it is used.
     """
 
-    max_turns: int = field(default=9, metadata={"help": "Turns per episode (RAGEN WebShop: 9)."})
-    max_actions_per_turn: int = field(default=1, metadata={"help": "Actions per answer (RAGEN WebShop: 1)."})
     webshop_data_dir: str | None = field(default=None, metadata={"help": "WebShop data folder."})
     webshop_dataset: str = field(
         default="small", metadata={"help": "Prepared set to look for in the cache: 'small' or 'all'."}
@@ -108,13 +110,9 @@ class WebShopScriptArguments(AgentScriptArguments):
 
 
 def parse_args(args: list[str] | None = None):
-    """`(script args, trainer config, ModelConfig)` from `args` (default: the command line) and its `--config`."""
-    # --algorithm (command line or YAML) picks the trainer config, so the script arguments are read first, alone;
-    # the other flags (and --help) are left to the full parse
-    first = TrlParser(WebShopScriptArguments, add_help=False, allow_abbrev=False)
-    script_args, _ = first.parse_args_and_config(args, return_remaining_strings=True)
-    config_class = SNRFilteredPPOConfig if script_args.algorithm == "ppo" else SNRFilteredGRPOConfig
-    return TrlParser((WebShopScriptArguments, config_class, ModelConfig)).parse_args_and_config(args)
+    """`(script args, trainer config, ModelConfig)` from `args` (default: the command line), its `--config` YAML and
+    the task's settings in `configs/webshop.yaml`."""
+    return parse_recipe_args(WebShopScriptArguments, task_config(__file__, ENV_NAME), args)
 
 
 def main(script_args: WebShopScriptArguments, training_args: SNRFilteredGRPOConfig, model_args: ModelConfig) -> None:

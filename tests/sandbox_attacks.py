@@ -24,7 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-from trl_ragen2_envs.deepcoder import DeepCoderEnv, SandboxConfig
+from trl_ragen2_envs.deepcoder import DeepCoderEnv
+from trl_ragen2_envs.sandbox import SandboxConfig
 
 
 ROOT = Path(__file__).resolve().parent.parent

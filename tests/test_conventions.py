@@ -1,8 +1,9 @@
 """Source conventions of `docs/architecture.md`: a test module imports helper modules, never another test module,
-and every section divider has the one style."""
+every section divider has the one style, and code outside the sandbox uses its interface only."""
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -54,6 +55,7 @@ def test_test_modules_import_only_helper_modules():
 # the same indentation naming the section (`# Section name`); no closing rule.
 DIVIDER_END_COLUMN = 113
 REPEATED_MARK = re.compile(r"([-=#*~_])\1{3,}")  # four of one mark in a row: what every divider style draws with
+HASH_HEADER = re.compile(r"#{2,}(\s|$)")  # `## name`, `### name`: a header drawn with the comment marks themselves
 TRL_SECTION = re.compile(r"#{4} [A-Z]")  # a recipe's section header (Model, Trainer, ...), as in TRL's examples
 
 
@@ -62,7 +64,9 @@ def divider_problems(source: str, recipe: bool = False) -> list[str]:
     lines = source.splitlines()
     problems = []
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type != tokenize.COMMENT or not REPEATED_MARK.search(token.string):
+        if token.type != tokenize.COMMENT or not (
+            REPEATED_MARK.search(token.string) or HASH_HEADER.match(token.string)
+        ):
             continue
         row, column = token.start
         indent = lines[row - 1][:column]
@@ -86,6 +90,8 @@ def test_each_other_divider_style_is_reported():
     others = {
         "closing rule": f"{rule}\n# Section\n{rule}\n",
         "hash banner": f"{'#' * 60}\n# Section\n{'#' * 60}\n",
+        "hash header": "### prompts\n",
+        "two-hash header": "## Section\n",
         "name after the dashes": "# ------------------------------------------------------------ section\n",
         "name between dashes": "# -- section --------------------------------------------------------------\n",
         "equals signs": f"# {'=' * 111}\n# Section\n",
@@ -107,3 +113,45 @@ def test_every_section_divider_has_the_one_style():
             found = divider_problems(path.read_text(encoding="utf-8"), recipe=folder == "recipes")
             problems += [f"{path.relative_to(ROOT)}:{problem}" for problem in found]
     assert problems == [], "draw these dividers as a rule of dashes to column 113 and a `# Name` line below it"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The sandbox's interface
+
+SANDBOX = "trl_ragen2_envs.sandbox"
+PACKAGES = {"envs": "trl_ragen2_envs", "trl_ragen2": "trl_ragen2"}  # folder -> import name
+
+
+def imported_modules(path: Path) -> list[str]:
+    """The absolute names of the modules a file imports from (relative imports resolved against its package)."""
+    folder, *subfolders = path.relative_to(ROOT).parent.parts
+    package = [PACKAGES.get(folder, folder), *subfolders]
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.append(node.module or "")
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1]
+            names.append(".".join([*base, *([node.module] if node.module else [])]))
+    return names
+
+
+def test_code_outside_the_sandbox_uses_its_interface_only():
+    """DeepCoder (and any other code task), the recipes and the benchmarks import `trl_ragen2_envs.sandbox`, never
+    one of its modules; only the sandbox's own tests reach inside."""
+    inside = ROOT / "envs" / "sandbox"
+    paths = [
+        path for folder in ("envs", "recipes", "benchmarks", "trl_ragen2") for path in (ROOT / folder).rglob("*.py")
+    ]
+    offenders = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sorted(paths)
+        if inside not in path.parents
+        for name in imported_modules(path)
+        if name.startswith(SANDBOX + ".")
+    ]
+    assert offenders == []
+    deepcoder = [name for path in (ROOT / "envs" / "deepcoder").glob("*.py") for name in imported_modules(path)]
+    assert SANDBOX in deepcoder  # relative imports are resolved: DeepCoder's own import of the sandbox is seen

@@ -11,11 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trl_ragen2_envs.deepcoder import (
-    CandidateError,
-    CandidateFailure,
     CodeTest,
     DeepCoderEnv,
-    Sandbox,
     assemble_program,
     load_humaneval,
     outputs_match,
@@ -23,9 +20,10 @@ from trl_ragen2_envs.deepcoder import (
 )
 from trl_ragen2_envs.deepcoder import env as env_module
 from trl_ragen2_envs.deepcoder.assertions import private_random, run_assertion_test
-from trl_ragen2_envs.deepcoder.channel import MAX_JSON_DEPTH, ReplyError, json_depth, parse_reply
-from trl_ragen2_envs.deepcoder.plain import PlainValueError, decode, encode
-from trl_ragen2_envs.deepcoder.sandbox import mirror_exception
+from trl_ragen2_envs.sandbox import CandidateError, CandidateFailure, Sandbox
+from trl_ragen2_envs.sandbox.channel import MAX_JSON_DEPTH, ReplyError, json_depth, parse_reply
+from trl_ragen2_envs.sandbox.plain import PlainValueError, decode, encode
+from trl_ragen2_envs.sandbox.runner import mirror_exception
 
 from .sandbox_attacks import HUMANEVAL_RECORD
 
@@ -143,12 +141,12 @@ def test_a_session_returns_plain_values_built_here(sandbox):
 
 
 def test_a_sandbox_that_cannot_start_fails_the_test_without_raising(sandbox, monkeypatch):
-    from trl_ragen2_envs.deepcoder import sandbox as sandbox_module
+    from trl_ragen2_envs.sandbox import runner as runner_module
 
     def no_processes_left(*args, **kwargs):
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
-    monkeypatch.setattr(sandbox_module, "HarnessProcess", no_processes_left)
+    monkeypatch.setattr(runner_module, "HarnessProcess", no_processes_left)
     for test in (CodeTest("stdio", output="1"), CodeTest("function", fn_name="f", expected=1)):
         outcome = run_tests(sandbox, "def f():\n    return 1\nprint(1)", [test])[0]
         assert outcome.status == "not_run" and "could not start" in outcome.detail

@@ -25,7 +25,8 @@ from .webshop_data import DATA_DIR, HAS_1K_CATALOGUE
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 METRICS_DOC = DOCS / "metrics.md"
-METHOD_DOC = DOCS / "method.md"
+CONFIG_DOC = DOCS / "configuration.md"
+DIFFERENCES_DOC = DOCS / "differences.md"
 ENV_CARDS = DOCS / "environments"
 
 FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.MULTILINE | re.DOTALL)
@@ -71,9 +72,27 @@ def backticked(path: Path) -> set[str]:
 # Links
 
 
+METHOD_PAGES = ["diagnostics.md", "filtering.md", "ppo.md", "agent_loop.md", "configuration.md", "differences.md"]
+
+
 def test_docs_exist():
-    expected = ["index.md", "method.md", "metrics.md", "scaling.md", "tiny_model.md", "cli.md"]
+    expected = ["index.md", *METHOD_PAGES, "metrics.md", "scaling.md", "tiny_model.md", "cli.md"]
     assert [name for name in expected if not (DOCS / name).is_file()] == []
+
+
+DOC_PATH = re.compile(r"\bdocs/[\w./-]+\.md\b")
+NAMING_FOLDERS = ("trl_ragen2", "envs", "tests", "recipes", "benchmarks", "notebooks")
+
+
+def test_docs_pages_named_outside_the_docs_exist():
+    """`docs/<page>.md` named in code, tests, recipes, notebooks or the README (docstrings, error messages, comments)
+    is a page that exists."""
+    files = [ROOT / "README.md"]
+    files += [path for folder in NAMING_FOLDERS for path in sorted((ROOT / folder).rglob("*"))
+              if path.suffix in (".py", ".md", ".ipynb", ".yaml")]  # fmt: skip
+    named = {page: path.relative_to(ROOT) for path in files for page in DOC_PATH.findall(path.read_text("utf-8"))}
+    assert named, "no docs/... page named anywhere: the pattern is wrong"
+    assert {page: where for page, where in named.items() if not (ROOT / page).is_file()} == {}
 
 
 @pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -290,18 +309,18 @@ def config_groups():
     ]
 
 
-def test_ragen2_config_fields_are_in_the_method_page():
+def test_ragen2_config_fields_are_in_the_configuration_reference():
     from trl_ragen2.grpo_config import SNRFilteredGRPOConfig
 
     ragen2_fields = [
         f.name for f in dataclasses.fields(SNRFilteredGRPOConfig) if f.name.startswith(("reward_variance_", "mi_"))
     ]
     assert len(ragen2_fields) >= 20  # the two groups exist under their prefixes
-    tokens = backticked(METHOD_DOC)
+    tokens = backticked(CONFIG_DOC)
     missing = [name for name in ragen2_fields if name not in tokens]
     for prefix, _, fields in config_groups():
         missing += [prefix + f.name for f in fields if prefix + f.name not in tokens]
-    assert missing == [], f"config fields missing from docs/method.md: {missing}"
+    assert missing == [], f"config fields missing from docs/configuration.md: {missing}"
 
 
 def table_defaults(path: Path) -> dict[str, str]:
@@ -315,24 +334,38 @@ def table_defaults(path: Path) -> dict[str, str]:
     return rows
 
 
-def test_documented_defaults_match_the_code():
-    """Where method.md's table gives a default as a Python literal, it is the field's default."""
-    rows = table_defaults(METHOD_DOC)
+def defaults_that_differ(rows: dict[str, str], prefix: str, fields) -> list[str]:
+    """The fields whose documented default (a Python literal in the table's second column) is not the code's."""
     wrong = []
-    for prefix, _, fields in config_groups():
-        for field in fields:
-            cell = rows.get(prefix + field.name)
-            literal = re.match(r"`([^`]+)`", cell or "")
-            if literal is None:
-                continue  # a default that depends on the environment or the trainer, described in words
-            try:
-                documented = ast.literal_eval(literal.group(1))
-            except (ValueError, SyntaxError):
-                continue
-            default = field.default_factory() if field.default is dataclasses.MISSING else field.default
-            if documented != default:
-                wrong.append(f"{prefix}{field.name}: docs say {documented!r}, code has {default!r}")
+    for field in fields:
+        cell = rows.get(prefix + field.name)
+        literal = re.match(r"`([^`]+)`", cell or "")
+        if literal is None:
+            continue  # a default that depends on the environment or the trainer, described in words
+        try:
+            documented = ast.literal_eval(literal.group(1))
+        except (ValueError, SyntaxError):
+            continue
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+        if documented != default:
+            wrong.append(f"{prefix}{field.name}: docs say {documented!r}, code has {default!r}")
+    return wrong
+
+
+def test_documented_defaults_match_the_code():
+    """Where configuration.md's tables give a default as a Python literal, it is the field's default."""
+    rows = table_defaults(CONFIG_DOC)
+    wrong = [entry for prefix, _, fields in config_groups() for entry in defaults_that_differ(rows, prefix, fields)]
     assert wrong == []
+
+
+def test_sandbox_page_lists_every_sandbox_config_field_with_its_default():
+    from trl_ragen2_envs.sandbox import SandboxConfig
+
+    rows = table_defaults(DOCS / "sandbox.md")
+    fields = dataclasses.fields(SandboxConfig)
+    assert [field.name for field in fields if field.name not in rows] == []
+    assert defaults_that_differ(rows, "", fields) == []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -405,15 +438,15 @@ def test_card_example_is_what_the_environment_shows(name):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# "Differences from RAGEN" tables
+# "Differences from RAGEN" and "Differences from TRL's GRPOTrainer" tables
 
 TEST_REFERENCE = re.compile(r"`((?:tests/)?test_\w+\.py)?::([\w:]+)(?:\[[^\]`]*\])?`")
 CARDS_WITH_DIFFERENCE_TABLES = ("sokoban", "frozen_lake", "webshop", "searchqa", "deepcoder")
 
 
-def differences_section(path: Path) -> str:
+def differences_section(path: Path, title: str = "Differences from RAGEN") -> str:
     text = path.read_text(encoding="utf-8")
-    start = text.find("\n## Differences from RAGEN")
+    start = text.find(f"\n## {title}\n")
     if start < 0:
         return ""
     end = text.find("\n## ", start + 1)
@@ -454,12 +487,17 @@ def cited_test_exists(file: str, name: str) -> bool:
     return all(re.search(rf"^\s*(def|class) {part}\b", source, re.MULTILINE) for part in name.split("::"))
 
 
-@pytest.mark.parametrize(
-    "path", [METHOD_DOC] + [ENV_CARDS / f"{name}.md" for name in CARDS_WITH_DIFFERENCE_TABLES], ids=lambda p: p.name
-)
-def test_every_named_difference_cites_an_existing_test(path):
-    rows = table_rows_with_a_test_column(differences_section(path))
-    assert rows, f"{path.name} has no 'Differences from RAGEN' table with a Test column"
+DIFFERENCE_SECTIONS = [
+    (DIFFERENCES_DOC, "Differences from RAGEN"),
+    (DIFFERENCES_DOC, "Differences from TRL's GRPOTrainer"),
+    *[(ENV_CARDS / f"{name}.md", "Differences from RAGEN") for name in CARDS_WITH_DIFFERENCE_TABLES],
+]
+
+
+@pytest.mark.parametrize("path, title", DIFFERENCE_SECTIONS, ids=[f"{p.name}-{t}" for p, t in DIFFERENCE_SECTIONS])
+def test_every_named_difference_cites_an_existing_test(path, title):
+    rows = table_rows_with_a_test_column(differences_section(path, title))
+    assert rows, f"{path.name} has no '{title}' table with a Test column"
     without = [row[0] for row in rows if not cited_tests(row[-1])]
     assert without == [], f"{path.name}: rows without a test: {without}"
     missing = [f"{file}::{name}" for row in rows for file, name in cited_tests(row[-1])

@@ -1,6 +1,6 @@
 """The recipes: TRL example scripts that run end to end on CPU with the tiny offline model (subprocesses, as a user
-launches them, including a copy of one outside the repository), and whose two-stage parse picks the trainer config
-from `--algorithm` on the command line or in the YAML."""
+launches them, including a copy of one outside the repository), whose two-stage parse picks the trainer config
+from `--algorithm` on the command line or in the YAML, and whose task settings come from the task's YAML only."""
 
 import importlib.util
 import json
@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredPPOConfig
+from trl_ragen2.recipe_utils import TASK_FIELDS
 
 from .webshop_data import HAS_1K_CATALOGUE
 from .webshop_originals import stub_tagger, write_original_files
@@ -73,8 +75,9 @@ def test_webshop_cpu_preset_two_steps(tmp_path):
 
 
 def test_recipe_copied_alone_runs_its_cpu_preset_and_finds_the_prepared_webshop_data(tmp_path):
-    """A user's copy: the script and its preset in a new folder outside the repository, only the installed package
-    importable, and WebShop data prepared by `trl-ragen2 data webshop small` in the user cache (no WEBSHOP_DATA_DIR)."""
+    """A user's copy: the script, its task YAML and its preset in a new folder outside the repository, only the
+    installed package importable, and WebShop data prepared by `trl-ragen2 data webshop small` in the user cache (no
+    WEBSHOP_DATA_DIR)."""
     from trl_ragen2_envs.webshop.prepare import prepare_webshop_data
 
     originals = tmp_path / "originals"
@@ -85,6 +88,7 @@ def test_recipe_copied_alone_runs_its_cpu_preset_and_finds_the_prepared_webshop_
     work = tmp_path / "my-project"
     work.mkdir()
     shutil.copy(RECIPES / "webshop.py", work / "train_webshop.py")
+    shutil.copy(CONFIGS / "webshop.yaml", work / "webshop.yaml")  # the task's settings
     shutil.copy(CONFIGS / "webshop_cpu.yaml", work / "webshop_cpu.yaml")
     result = run(
         [sys.executable, "train_webshop.py", "--config", "webshop_cpu.yaml", "--max_steps", "1", "--eval_steps", "1",
@@ -204,7 +208,7 @@ def test_recipe_is_one_readable_trl_script(recipe):
     text = (RECIPES / f"{recipe}.py").read_text()
     assert text.startswith("# /// script\n# dependencies = [\n") and '#     "trl-ragen2",' in text
     assert f"accelerate launch recipes/{recipe}.py --config recipes/configs/" in text
-    assert re.search(r"TrlParser\(\(\w+ScriptArguments, config_class, ModelConfig\)\)", text)
+    assert re.search(r"parse_recipe_args\(\w*ScriptArguments, task_config\(__file__, ENV_NAME\), args\)", text)
     positions = [text.index(section + "\n") for section in SECTIONS]
     assert positions == sorted(positions)
     assert "trainer = trainer_class(" in text and "trainer.train(" in text and "trainer.save_model(" in text
@@ -279,3 +283,70 @@ def test_recipe_rows_and_rollout_share_the_protocol(recipe):
     text = (RECIPES / f"{recipe}.py").read_text()
     assert "protocol=script_args.protocol" in text and "max_actions=script_args.max_actions_per_episode" in text
     assert "RagenRollout(script_args.rollout_config())" in text  # RolloutConfig.protocol = script_args.protocol
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A task's settings live in its YAML only
+
+
+def copy_recipe(recipe: str, folder: Path, task_yaml: str | None) -> Path:
+    """The recipe in `folder`, with `task_yaml` (the text of its task's YAML) in `folder/configs/` unless None."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(RECIPES / f"{recipe}.py", folder / f"{recipe}.py")
+    if task_yaml is not None:
+        (folder / "configs").mkdir(exist_ok=True)
+        (folder / "configs" / f"{recipe}.yaml").write_text(task_yaml)
+    return folder / f"{recipe}.py"
+
+
+def parse_copy(path: Path, argv: list[str]):
+    spec = importlib.util.spec_from_file_location(f"copy_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parse_args(argv)
+
+
+@pytest.mark.parametrize("recipe", ["webshop", *TASKS])
+def test_a_task_setting_is_read_from_the_task_yaml_only(recipe, tmp_path):
+    """Changing a task setting in `configs/<task>.yaml` changes what the recipe parses, also under the CPU preset
+    (which sets no task field but `max_tokens_per_turn`); the script itself holds none of them."""
+    text = (RECIPES / f"{recipe}.py").read_text()
+    assert [name for name in TASK_FIELDS if re.search(rf"^\s*{name}\s*[:=]", text, re.MULTILINE)] == []
+    preset = ["--config", str(CONFIGS / ("webshop_cpu.yaml" if recipe == "webshop" else "agent_cpu.yaml"))]
+    task_yaml = (CONFIGS / f"{recipe}.yaml").read_text()
+    original = yaml.safe_load(task_yaml)["max_actions_per_turn"]
+    assert parse_copy(copy_recipe(recipe, tmp_path / "a", task_yaml), preset)[0].max_actions_per_turn == original
+    changed = re.sub(r"(?m)^max_actions_per_turn: *\d+", "max_actions_per_turn: 3", task_yaml)
+    script_args = parse_copy(copy_recipe(recipe, tmp_path / "b", changed), preset)[0]
+    assert script_args.max_actions_per_turn == 3 and script_args.rollout_config().max_actions_per_turn == 3
+    script_args = parse_copy(copy_recipe(recipe, tmp_path / "c", changed), [*preset, "--max_actions_per_turn", "4"])[0]
+    assert script_args.max_actions_per_turn == 4  # the command line still wins
+
+
+def test_every_task_yaml_sets_every_task_field():
+    for task in ("webshop", *TASKS):
+        config = yaml.safe_load((CONFIGS / f"{task}.yaml").read_text())
+        assert [name for name in TASK_FIELDS if name not in config] == [], task
+
+
+def test_a_recipe_finds_its_task_yaml_next_to_it_and_otherwise_needs_the_fields(tmp_path):
+    """Copied with `sokoban.yaml` beside it (no `configs/`), a recipe reads its task's settings from there; copied
+    alone, it needs them in `--config` or on the command line, and says which are missing and what to copy."""
+    work = tmp_path / "project"
+    recipe = copy_recipe("sokoban", work, None)
+    with pytest.raises(ValueError, match=r"sets max_turns, max_actions_per_turn; copy the task's recipes/configs/"):
+        parse_copy(recipe, ["--config", str(CONFIGS / "agent_cpu.yaml")])
+    script_args = parse_copy(
+        recipe, ["--config", str(CONFIGS / "sokoban.yaml"), "--bf16", "false", "--use_cpu", "true"]
+    )[0]
+    assert (script_args.max_turns, script_args.max_actions_per_turn, script_args.max_tokens_per_turn) == (5, 2, 400)
+    shutil.copy(CONFIGS / "sokoban.yaml", work / "sokoban.yaml")
+    script_args = parse_copy(recipe, ["--config", str(CONFIGS / "agent_cpu.yaml")])[0]
+    assert (script_args.max_turns, script_args.max_actions_per_turn, script_args.max_tokens_per_turn) == (5, 2, 24)
+
+
+def test_a_task_yaml_without_a_task_field_is_an_error(tmp_path):
+    task_yaml = re.sub(r"(?m)^max_turns:.*\n", "", (CONFIGS / "sokoban.yaml").read_text())
+    recipe = copy_recipe("sokoban", tmp_path, task_yaml)
+    with pytest.raises(ValueError, match=r"sokoban.yaml must set the task's max_turns"):
+        parse_copy(recipe, ["--config", str(CONFIGS / "agent_cpu.yaml")])

@@ -7,7 +7,7 @@ python -m pytest -q tests/test_sandbox_attacks.py -n 0
 Root modes (`bubblewrap`, `unshare`, `uid`) run in this process when it is root; user modes (`bubblewrap`,
 `unshare`, `none`) run in a child process as an unprivileged user (a fresh sandbox uid when this process is root,
 else this user). Each case asserts the documented result: contained, or, for the weak modes, exactly the escapes
-`docs/environments/deepcoder.md` lists (`EXPECTED_ESCAPES`). Bubblewrap cases never skip when a `bwrap` binary
+`docs/sandbox.md` lists (`EXPECTED_ESCAPES`). Bubblewrap cases never skip when a `bwrap` binary
 is found. Then the isolation machinery itself: the shared bubblewrap copy, refusals, and the start-up log.
 """
 
@@ -27,17 +27,12 @@ from pathlib import Path
 
 import pytest
 
-from trl_ragen2_envs.deepcoder import (
-    DeepCoderEnv,
-    IsolationUnavailable,
-    Sandbox,
-    SandboxConfig,
-    sandbox_isolation,
-)
-from trl_ragen2_envs.deepcoder import isolation as isolation_module
-from trl_ragen2_envs.deepcoder.identity import UidLease, kill_processes_of, remove_files_of
-from trl_ragen2_envs.deepcoder.isolation import find_bwrap
-from trl_ragen2_envs.deepcoder.shared_copy import executable_by_others, origin_library_dirs, shared_copy
+from trl_ragen2_envs.deepcoder import DeepCoderEnv, sandbox_isolation
+from trl_ragen2_envs.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
+from trl_ragen2_envs.sandbox import isolation as isolation_module
+from trl_ragen2_envs.sandbox.identity import UidLease, kill_processes_of, remove_files_of
+from trl_ragen2_envs.sandbox.isolation import find_bwrap
+from trl_ragen2_envs.sandbox.shared_copy import executable_by_others, origin_library_dirs, shared_copy
 
 from .sandbox_attacks import ATTACKS, MODE_SETTINGS, ROOT, env_factory
 

@@ -44,7 +44,7 @@ class SNRFilterArguments:
     Before each policy update the prompt groups are ranked by their within-prompt reward variance, and only the
     top groups are trained on; the rows of the other groups are dropped from the batch, so the loss spends no
     forward or backward pass on them (TRL's scoring passes skip them too when the rewards come from rollout
-    fields; see `docs/method.md`).
+    fields; see `docs/filtering.md`).
 
     Parameters:
         reward_variance_filtering (`str` or `None`, *optional*, defaults to `"top_p"`):
@@ -90,7 +90,7 @@ class SNRFilterArguments:
             Stop training after this many consecutive generation steps in which no group was kept (RAGEN's
             `rollout_filter_empty_stop_steps`). `0` never stops.
 
-        > Beyond the paper: keep-rate schedule, auto switch and guard (`docs/method.md`, "Keep-rate control").
+        > Beyond the paper: keep-rate schedule, auto switch and guard (`docs/filtering.md`, "Keep-rate control").
         > Steps are optimizer steps, as in `max_steps` and `warmup_steps`: the batch made after n optimizer steps
         > uses the values of step n. With several optimizer steps per generation the filter runs once per
         > generation, at its first optimizer step.

@@ -102,7 +102,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
     fill the generation's optimizer steps in order, each up to its usual mini-batch (RAGEN's choice: full
     mini-batches, fewer updates), and each optimizer step's gradient equals plain GRPOTrainer's gradient on a batch
     holding only that step's kept rows, for every TRL loss type, with or without the entropy bonus and the KL term,
-    whatever the split over micro-batches and processes (see `docs/method.md`, "Exactness").
+    whatever the split over micro-batches and processes (see `docs/filtering.md`, "Exactness").
 
     An optimizer step left without a kept row changes no parameter and no optimizer state; after
     `reward_variance_empty_patience` consecutive empty generations training stops with a message. Evaluation is

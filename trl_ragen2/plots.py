@@ -78,7 +78,8 @@ def _new_figure(**kwargs):
     return figure
 
 
-### the regime plane
+# ---------------------------------------------------------------------------------------------------------------
+# The regime plane
 
 
 def regime_thresholds(
@@ -239,7 +240,8 @@ def plot_regimes(
     return figure
 
 
-### training curves
+# ---------------------------------------------------------------------------------------------------------------
+# Training curves
 
 
 def plot_training_curves(history, panels: Sequence[Panel] = PANELS, title: str | None = None):
@@ -323,7 +325,8 @@ def _shade_std(ax, records: list[dict], series) -> None:
         )
 
 
-### a whole run
+# ---------------------------------------------------------------------------------------------------------------
+# A whole run
 
 
 @dataclass

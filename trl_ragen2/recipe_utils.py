@@ -1,9 +1,16 @@
-"""Helpers of the scripts in `recipes/`: their common arguments, episode datasets, model keywords, the final
-validation and the run report (model card, plots, summary).
+"""Helpers of the scripts in `recipes/`: their common arguments, the two-stage parse with the task's settings,
+episode datasets, model keywords, the final validation and the run report (model card, plots, summary).
 
-Each recipe parses `(its AgentScriptArguments subclass, the trainer config, ModelConfig)` with `TrlParser`, then
-builds the trainer and trains in the file itself; these functions are the steps that would otherwise be repeated
-in every recipe. They take plain arguments, so notebooks use them too.
+Each recipe parses `(AgentScriptArguments or its subclass, the trainer config, ModelConfig)` with
+`parse_recipe_args`, then builds the trainer and trains in the file itself; these functions are the steps that
+would otherwise be repeated in every recipe. They take plain arguments, so notebooks use them too.
+
+A task's settings (`TASK_FIELDS`: turns, actions per turn, tokens per turn) live in one place, the top of its
+paper config `recipes/configs/<task>.yaml`. `parse_recipe_args` reads them from there as the defaults of every run
+of that recipe, so the shared CPU preset (`agent_cpu.yaml`) and any other `--config` play the task's episode
+unless they set a field themselves. A recipe finds its task's YAML beside itself (`task_config`): in `configs/`
+(the repository's layout) or next to the script (a recipe copied with its YAML). Without it, `--config` or the
+command line must set every task field.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +31,7 @@ from .rollout import RolloutConfig
 logger = logging.getLogger(__name__)
 
 ALGORITHMS = ("grpo", "ppo")
+TASK_FIELDS = ("max_turns", "max_actions_per_turn", "max_tokens_per_turn")  # each task's YAML sets them
 
 
 @dataclass
@@ -100,6 +109,72 @@ class AgentScriptArguments:
             eval_temperature=self.eval_temperature,
             protocol=self.protocol,
         )
+
+
+def task_config(recipe_file: str, env: str) -> Path | None:
+    """The task's YAML of the recipe at `recipe_file`: `configs/<env>.yaml` beside it (the repository's layout), else
+    `<env>.yaml` beside it (a recipe copied with its YAML); None when neither exists."""
+    folder = Path(recipe_file).absolute().parent
+    for path in (folder / "configs" / f"{env}.yaml", folder / f"{env}.yaml"):
+        if path.is_file():
+            return path
+    return None
+
+
+def task_defaults(path: Path) -> dict[str, Any]:
+    """The `TASK_FIELDS` of a task's YAML; each must be there, so no task setting falls back to a generic default."""
+    import yaml
+
+    config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    missing = [name for name in TASK_FIELDS if name not in config]
+    if missing:
+        raise ValueError(f"{path} must set the task's {', '.join(missing)} (every task YAML sets {TASK_FIELDS})")
+    return {name: config[name] for name in TASK_FIELDS}
+
+
+def _given_names(args: list[str]) -> set[str]:
+    """The field names `args` sets: its `--flags` and the keys of its `--config` YAML."""
+    import yaml
+
+    names = {arg[2:].split("=", 1)[0].replace("-", "_") for arg in args if arg.startswith("--")}
+    if "--config" in args and args.index("--config") + 1 < len(args):
+        with open(args[args.index("--config") + 1], encoding="utf-8") as file:
+            names |= set(yaml.safe_load(file) or {})
+    return names
+
+
+def parse_recipe_args(script_class: type = AgentScriptArguments, task_yaml: Path | None = None, args=None):
+    """`(script args, trainer config, ModelConfig)` of a recipe from `args` (default: the command line).
+
+    Precedence: the command line, then the `--config` YAML, then the task's settings from `task_yaml` (see the
+    module docstring), then the dataclass defaults. `--algorithm` (command line or YAML) decides which trainer
+    config the other flags fill in, so the parse has two stages, both with TRL's own parser:
+
+    1. the script arguments alone (`parse_known_args` leaves the trainer and model flags aside; no abbreviation can
+       take one of them for a script flag, and `--help` waits for the second stage);
+    2. everything, with `SNRFilteredPPOConfig` for `--algorithm ppo`, else `SNRFilteredGRPOConfig`: an unknown flag,
+       or a PPO-only flag in a GRPO run, is an error.
+    """
+    from trl import ModelConfig, TrlParser
+
+    from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredPPOConfig
+
+    args = list(sys.argv[1:] if args is None else args)
+    defaults = task_defaults(task_yaml) if task_yaml is not None else {}
+    if task_yaml is None and "--help" not in args and "-h" not in args:
+        missing = [name for name in TASK_FIELDS if name not in _given_names(args)]
+        if missing:
+            raise ValueError(
+                f"no task YAML beside the recipe, and neither --config nor the command line sets {', '.join(missing)}; "
+                "copy the task's recipes/configs/<task>.yaml next to the script (or into configs/ beside it), or set them"
+            )
+    first = TrlParser(script_class, add_help=False, allow_abbrev=False)
+    first.set_defaults_with_config(**defaults)
+    script_args, _ = first.parse_args_and_config(args, return_remaining_strings=True)
+    config_class = SNRFilteredPPOConfig if script_args.algorithm == "ppo" else SNRFilteredGRPOConfig
+    parser = TrlParser((script_class, config_class, ModelConfig))
+    parser.set_defaults_with_config(**defaults)
+    return parser.parse_args_and_config(args)
 
 
 def build_datasets(

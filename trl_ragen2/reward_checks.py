@@ -234,7 +234,7 @@ def empty_step_cause(
         "selection",
         f"{prefix}{with_variance} of {num_groups} groups have reward variance (summed {metric} {total.item():.3g}), "
         "but the selection rule kept none of them",
-        "Check the reward_variance_* settings against the selection rules in docs/method.md",
+        "Check the reward_variance_* settings against the selection rules in docs/filtering.md",
     )
 
 

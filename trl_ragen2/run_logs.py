@@ -293,7 +293,8 @@ def env_names(keys, metric: str) -> list[str]:
     return sorted(names)
 
 
-### summary
+# ---------------------------------------------------------------------------------------------------------------
+# Summary
 
 
 @dataclass

@@ -1,12 +1,14 @@
-"""DeepCoder: Python programs judged by tests in a real sandbox (procedural problems, HumanEval, DeepCoder files)."""
+"""DeepCoder: Python programs judged by tests in a real sandbox (procedural problems, HumanEval, DeepCoder files).
+
+The sandbox is its own package, `trl_ragen2_envs.sandbox` (`Sandbox`, `SandboxConfig`, ...); this one holds the
+problems, the judge and the environment.
+"""
 
 from .env import DeepCoderEnv, DeepCoderToolEnv
 from .extraction import assemble_program, extract_code, syntax_error
-from .isolation import Isolation, IsolationUnavailable, resolve_isolation
 from .judging import CodeTest, TestOutcome, format_feedback, outputs_match, run_tests, values_match
 from .problems import CodingProblem, load_deepcoder, load_humaneval
 from .procedural import FAMILIES, generate_problem
-from .sandbox import CandidateError, CandidateFailure, Execution, Sandbox, SandboxConfig, Session
 
 
 def sandbox_isolation(**env_config) -> str:
@@ -16,18 +18,10 @@ def sandbox_isolation(**env_config) -> str:
 
 __all__ = [
     "FAMILIES",
-    "CandidateError",
-    "CandidateFailure",
     "CodeTest",
     "CodingProblem",
     "DeepCoderEnv",
     "DeepCoderToolEnv",
-    "Execution",
-    "Isolation",
-    "IsolationUnavailable",
-    "Sandbox",
-    "SandboxConfig",
-    "Session",
     "TestOutcome",
     "assemble_program",
     "extract_code",
@@ -36,7 +30,6 @@ __all__ = [
     "load_deepcoder",
     "load_humaneval",
     "outputs_match",
-    "resolve_isolation",
     "run_tests",
     "sandbox_isolation",
     "syntax_error",

@@ -1,4 +1,4 @@
-"""A real sandbox for untrusted Python programs: one fresh process per test, limited, isolated, killed on time.
+"""The sandbox for untrusted Python programs: one fresh process per execution, limited, isolated, killed on time.
 
 Each execution runs `python -I -B -c <harness.py>` with an empty environment, in a new session, isolated as
 `isolation.py` decides (bubblewrap, or the `unshare` mode, with a fresh unprivileged uid when the parent is
@@ -15,14 +15,7 @@ Two ways to run a program:
   for function and assertion tests, so every comparison happens here, with Python's own `==`.
 
 No `preexec_fn` is used: identity and session are set by `subprocess` in C, which is safe in the threaded
-processes trainers run in.
-
-```python
-sandbox = Sandbox(timeout_s=2.0)
-sandbox.run("print(int(input()) * 2)", stdin="21\\n").stdout  # "42\\n"
-with sandbox.serve("def double(x):\\n    return (x, x)", "double") as double:
-    double(21)  # (21, 21), a tuple built here
-```
+processes trainers run in. An example: the package's docstring (`trl_ragen2_envs.sandbox`).
 """
 
 from __future__ import annotations
