@@ -117,7 +117,7 @@ DEMOS = {"comparison": comparison_reply, "position": position_reply}
 
 
 def specs(split: str, count: int):
-    from trl_ragen2.rollout import EpisodeSpec
+    from trl_ragen2.agents.rollout import EpisodeSpec
     from trl_ragen2_envs.datasets import build_rows
 
     return [EpisodeSpec.from_row(row) for row in build_rows(ENV, split, count)]
@@ -125,8 +125,8 @@ def specs(split: str, count: int):
 
 def play(model, tokenizer, episode_specs, rollout_config, *, temperature=0.5, policy=None):
     """Play the episodes (model sampling, or a scripted policy); returns the finished episodes."""
-    from trl_ragen2.generation import ModelGeneration, ScriptedPolicy
-    from trl_ragen2.rollout import RolloutEngine
+    from trl_ragen2.agents.generation import ModelGeneration, ScriptedPolicy
+    from trl_ragen2.agents.rollout import RolloutEngine
 
     engine = RolloutEngine(tokenizer, rollout_config)
     generate = (
@@ -227,8 +227,8 @@ def grpo(model_dir: str, output_dir: str, args, *, filtered: bool = True, **over
     from datasets import Dataset
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-    from trl_ragen2.agent_rollout import RagenRollout, env_return
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+    from trl_ragen2.agents.rollout_func import RagenRollout, env_return
+    from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS
     from trl_ragen2_envs.datasets import build_rows
 
     fields = dict(
@@ -258,7 +258,7 @@ def grpo(model_dir: str, output_dir: str, args, *, filtered: bool = True, **over
 
 
 def rollout_config(args):
-    from trl_ragen2.rollout import RolloutConfig
+    from trl_ragen2.agents.rollout import RolloutConfig
 
     return RolloutConfig(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn, eval_temperature=0.5)
 
@@ -407,7 +407,7 @@ def stage_warm(args, results: dict, warm_dir: str) -> None:
     """Base and warm-start evaluations; the warm-started model saved to `warm_dir`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ragen2.cpu_models import smollm2_path
+    from trl_ragen2.models.smollm2 import smollm2_path
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32).eval()

@@ -55,8 +55,8 @@ def main():
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from vllm import LLM, SamplingParams
 
-    from trl_ragen2.cpu_models import smollm2_path
-    from trl_ragen2.scoring import TransformersCrossScorer, VLLMCrossScorer
+    from trl_ragen2.collapse.scoring import TransformersCrossScorer, VLLMCrossScorer
+    from trl_ragen2.models.smollm2 import smollm2_path
 
     spinner = multiprocessing.Process(target=spin, daemon=True) if args.busy else None
     if spinner:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_ragen2.run_logs import MI_SCOPES
+from trl_ragen2.runs.logs import MI_SCOPES
 
 from .webshop_data import DATA_DIR, HAS_1K_CATALOGUE
 
@@ -149,13 +149,13 @@ def expected_keys() -> set[str]:
     """The keys the pure functions name, expanded with the placeholders of metrics.md (train keys only)."""
     import torch
 
-    from trl_ragen2.agent_rollout import aggregate_env_metrics
-    from trl_ragen2.collapse_detector import ALARM_KEYS, ALARM_PREFIX
-    from trl_ragen2.diagnostics import MIDiagnostics
-    from trl_ragen2.filtering import filter_stats
-    from trl_ragen2.grad_report import BUCKET_KEYS
-    from trl_ragen2.rollout import Episode, EpisodeSpec
-    from trl_ragen2.text_metrics import TEXT_KEYS
+    from trl_ragen2.agents.rollout import Episode, EpisodeSpec
+    from trl_ragen2.agents.rollout_func import aggregate_env_metrics
+    from trl_ragen2.collapse.detector import ALARM_KEYS, ALARM_PREFIX
+    from trl_ragen2.collapse.diagnostics import MIDiagnostics
+    from trl_ragen2.collapse.grad_report import BUCKET_KEYS
+    from trl_ragen2.collapse.text_metrics import TEXT_KEYS
+    from trl_ragen2.filtering.selection import filter_stats
     from trl_ragen2_envs import ENVIRONMENTS, get_env_class
 
     keys = {f"ragen2/filter/{key}" for key in filter_stats(torch.tensor([0.0, 1.0]), 2, torch.ones(1, dtype=bool))}
@@ -204,11 +204,11 @@ def test_training_and_evaluation_step_logs_only_documented_keys(tmp_path, tiny_t
     then an evaluation: every `ragen2/` key in the logs is documented."""
     from datasets import Dataset
 
-    from trl_ragen2.agent_rollout import RagenRollout, env_return
-    from trl_ragen2.ppo_config import SNRFilteredPPOConfig
-    from trl_ragen2.ppo_trainer import SNRFilteredPPOTrainer
-    from trl_ragen2.rollout import RolloutConfig
-    from trl_ragen2.tiny import tiny_model_path
+    from trl_ragen2.agents.rollout import RolloutConfig
+    from trl_ragen2.agents.rollout_func import RagenRollout, env_return
+    from trl_ragen2.models.tiny import tiny_model_path
+    from trl_ragen2.ppo.ppo_config import SNRFilteredPPOConfig
+    from trl_ragen2.ppo.ppo_trainer import SNRFilteredPPOTrainer
     from trl_ragen2_envs.datasets import build_rows
 
     args = SNRFilteredPPOConfig(
@@ -275,10 +275,10 @@ def own_fields(cls) -> list[dataclasses.Field]:
 
 
 def config_groups():
-    from trl_ragen2.grpo_config import GradientReportArguments, MIDiagnosticsArguments, SNRFilterArguments
-    from trl_ragen2.ppo_config import SNRFilteredPPOConfig
+    from trl_ragen2.agents.rollout import RolloutConfig
+    from trl_ragen2.grpo.grpo_config import GradientReportArguments, MIDiagnosticsArguments, SNRFilterArguments
+    from trl_ragen2.ppo.ppo_config import SNRFilteredPPOConfig
     from trl_ragen2.recipe_utils import AgentScriptArguments
-    from trl_ragen2.rollout import RolloutConfig
 
     return [
         ("", SNRFilterArguments, dataclasses.fields(SNRFilterArguments)),
@@ -291,7 +291,7 @@ def config_groups():
 
 
 def test_ragen2_config_fields_are_in_the_method_page():
-    from trl_ragen2.grpo_config import SNRFilteredGRPOConfig
+    from trl_ragen2.grpo.grpo_config import SNRFilteredGRPOConfig
 
     ragen2_fields = [
         f.name for f in dataclasses.fields(SNRFilteredGRPOConfig) if f.name.startswith(("reward_variance_", "mi_"))

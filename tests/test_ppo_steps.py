@@ -5,11 +5,11 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from trl_ragen2.critic import completion_values
-from trl_ragen2.gae import clipped_value_loss
-from trl_ragen2.ppo_config import SNRFilteredPPOConfig
-from trl_ragen2.ppo_trainer import SNRFilteredPPOTrainer
-from trl_ragen2.tiny import make_tiny_model
+from trl_ragen2.models.tiny import make_tiny_model
+from trl_ragen2.ppo.critic import completion_values
+from trl_ragen2.ppo.gae import clipped_value_loss
+from trl_ragen2.ppo.ppo_config import SNRFilteredPPOConfig
+from trl_ragen2.ppo.ppo_trainer import SNRFilteredPPOTrainer
 
 from .exactness import ROW_KEYS, concat_micro_batches
 from .scripted import AMPLITUDES, dataset, parity_reward_for, script_generation, snapshot, tiny_trainer_args

@@ -17,7 +17,7 @@ from typing import Any
 
 from trl_ragen2_envs.prompts import check_protocol
 
-from .rollout import RolloutConfig
+from .agents.rollout import RolloutConfig
 
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def build_datasets(
 
 def resolve_model_name(model_name_or_path: str) -> str:
     """The offline names (`"tiny"`, `"smollm2-135m"`) become their cached folders; anything else is unchanged."""
-    from .cpu_models import resolve_local_model
+    from .models.smollm2 import resolve_local_model
 
     return resolve_local_model(model_name_or_path)
 
@@ -181,7 +181,7 @@ def write_run_report(trainer, env_name: str, details: dict[str, str], *, write_p
         trainer.create_model_card(model_name=Path(output_dir).name)
         if write_plots:
             try:
-                from .plots import plot_run
+                from .plots.figures import plot_run
 
                 for path in plot_run(output_dir):
                     logger.info("wrote %s", path)
