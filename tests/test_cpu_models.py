@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from trl_ragen2.models import smollm2
+from trl_ragen2.models.loader import load_model_and_tokenizer, resolve_local_model
 from trl_ragen2.models.smollm2 import (
     SMOLLM2_CACHE_NAME,
     CPUModelUnavailableError,
     is_smollm2_name,
-    resolve_local_model,
     smollm2_gguf_file,
     smollm2_path,
 )
@@ -102,10 +102,10 @@ def test_cached_checkpoint_matches_the_gguf_model(smollm2_folder):
 
 @needs_extra
 def test_name_resolves_to_the_cache_and_is_reused(smollm2_folder, monkeypatch):
-    from trl_ragen2.models.tiny import default_cache_dir, load_model_and_tokenizer
     from trl_ragen2.recipe_utils import resolve_model_name
+    from trl_ragen2_envs.cache import cache_root
 
-    assert smollm2_folder == str(default_cache_dir() / SMOLLM2_CACHE_NAME)
+    assert smollm2_folder == str(cache_root() / SMOLLM2_CACHE_NAME)
     assert resolve_model_name("smollm2-135m") == smollm2_folder
     monkeypatch.setattr(smollm2, "build_smollm2", lambda *a, **k: pytest.fail("a complete cache is rebuilt"))
     model, tokenizer = load_model_and_tokenizer("SmolLM2-135M")

@@ -50,7 +50,7 @@ _LAZY = {
     "plot_training_curves": "trl_ragen2.plots.figures",
     "make_tiny_model": "trl_ragen2.models.tiny",
     "make_tiny_tokenizer": "trl_ragen2.models.tiny",
-    "load_model_and_tokenizer": "trl_ragen2.models.tiny",
+    "load_model_and_tokenizer": "trl_ragen2.models.loader",
 }
 
 __all__ = sorted(_LAZY)

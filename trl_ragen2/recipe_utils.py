@@ -132,7 +132,7 @@ def build_datasets(
 
 def resolve_model_name(model_name_or_path: str) -> str:
     """The offline names (`"tiny"`, `"smollm2-135m"`) become their cached folders; anything else is unchanged."""
-    from .models.smollm2 import resolve_local_model
+    from .models.loader import resolve_local_model
 
     return resolve_local_model(model_name_or_path)
 

@@ -12,8 +12,8 @@ accelerate launch recipes/frozen_lake.py --config recipes/configs/agent_cpu.yaml
 ```
 
 ```python
+from trl_ragen2 import load_model_and_tokenizer
 from trl_ragen2.models.smollm2 import smollm2_path
-from trl_ragen2.models.tiny import load_model_and_tokenizer
 
 model, tokenizer = load_model_and_tokenizer("smollm2-135m")  # or from_pretrained(smollm2_path())
 ```
@@ -32,6 +32,8 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
+
+from trl_ragen2_envs.cache import cache_root
 
 
 SMOLLM2_MODEL_NAME = "smollm2-135m"
@@ -156,9 +158,7 @@ def smollm2_path(*, cache_dir: str | os.PathLike | None = None) -> str:
     about 25 s and 1.2 GB of memory (538 MB on disk), writes into a private folder and renames it into place, under a file
     lock: a second process waits for the first build and reuses it, and no process ever reads a half-written model.
     """
-    from .tiny import default_cache_dir
-
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = Path(cache_dir) if cache_dir is not None else cache_root()
     folder = root / SMOLLM2_CACHE_NAME
     if _is_complete(folder):
         return str(folder)
@@ -174,14 +174,3 @@ def smollm2_path(*, cache_dir: str | os.PathLike | None = None) -> str:
             except OSError:  # a process without the lock (another platform) finished first
                 shutil.rmtree(tmp, ignore_errors=True)
     return str(folder)
-
-
-def resolve_local_model(model_name_or_path: str, *, seed: int = 0) -> str:
-    """The folder behind an offline model name (`"tiny"`, `"smollm2-135m"`); any other name is returned unchanged."""
-    from .tiny import is_tiny_model_name, tiny_model_path
-
-    if is_tiny_model_name(model_name_or_path):
-        return tiny_model_path(seed=seed)
-    if is_smollm2_name(model_name_or_path):
-        return smollm2_path()
-    return model_name_or_path

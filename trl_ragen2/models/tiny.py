@@ -1,7 +1,7 @@
 """Offline tiny-model kit: a tiny Qwen2 causal LM and a ChatML tokenizer, built in-process in seconds.
 
 Nothing is downloaded. Tests, notebooks and the recipes' CPU presets use it; recipes accept the model name
-``"tiny"`` besides any Hub id or local path (see [`load_model_and_tokenizer`]).
+``"tiny"`` besides any Hub id or local path (see `trl_ragen2.models.loader.load_model_and_tokenizer`).
 
 The tokenizer is a `Qwen2Tokenizer` over a small byte-level BPE trained on a fixed corpus (so any text
 round-trips), with Qwen2.5's ChatML special tokens and TRL's bundled ``qwen2_5`` chat template, which TRL accepts for conversational prompts and for
@@ -199,11 +199,6 @@ def is_tiny_model_name(name_or_path: str | None) -> bool:
     return name_or_path is not None and name_or_path.strip().lower() == TINY_MODEL_NAME
 
 
-def default_cache_dir() -> Path:
-    """`$TRL_RAGEN2_CACHE`, else `$XDG_CACHE_HOME/trl_ragen2`, else `~/.cache/trl_ragen2` (`trl_ragen2_envs.cache`)."""
-    return cache_root()
-
-
 def save_tiny_model(output_dir: str | os.PathLike, *, seed: int = 0, **sizes) -> str:
     """Build the tiny model and tokenizer and save both to `output_dir` (a regular `from_pretrained` folder).
 
@@ -220,7 +215,7 @@ def tiny_model_path(*, seed: int = 0, cache_dir: str | os.PathLike | None = None
     """Folder holding the tiny model for `seed` (and `sizes`, e.g. `VLLM_CPU_SIZES`), saved on first use under the
     cache directory and reused after."""
     suffix = "".join(f"-{name}{value}" for name, value in sorted(sizes.items()))
-    folder = Path(cache_dir or default_cache_dir()) / f"tiny-qwen2-seed{seed}{suffix}"
+    folder = Path(cache_dir or cache_root()) / f"tiny-qwen2-seed{seed}{suffix}"
     if not (folder / "config.json").exists() or not (folder / "tokenizer_config.json").exists():
         # Save to a private folder, then rename: concurrent processes never read a half-written model.
         tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
@@ -230,33 +225,3 @@ def tiny_model_path(*, seed: int = 0, cache_dir: str | os.PathLike | None = None
         except OSError:  # another process finished first
             shutil.rmtree(tmp, ignore_errors=True)
     return str(folder)
-
-
-def load_model_and_tokenizer(
-    model_name_or_path: str, *, seed: int = 0, dtype: str | torch.dtype | None = None, **kwargs
-):
-    """Load a causal LM and its tokenizer from a Hub id or a local path, or build the tiny model for `"tiny"`.
-
-    Args:
-        model_name_or_path (`str`):
-            `"tiny"` for the offline tiny model (saved once under [`default_cache_dir`] and loaded from there, so it
-            has a path TRL can reload it from), `"smollm2-135m"` for the offline SmolLM2-135M-Instruct (see
-            `trl_ragen2.models.smollm2`), otherwise anything `from_pretrained` accepts.
-        seed (`int`, defaults to `0`):
-            Weight seed of the tiny model (ignored for pretrained models).
-        dtype (`str` or `torch.dtype`, *optional*):
-            Parameter dtype (`"float32"`, `"bfloat16"`, ...); `"auto"` or `None` keeps the checkpoint's.
-        **kwargs:
-            Passed to `AutoModelForCausalLM.from_pretrained` (e.g. `attn_implementation`).
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .smollm2 import resolve_local_model
-
-    model_name_or_path = resolve_local_model(model_name_or_path, seed=seed)  # "tiny", "smollm2-135m"
-
-    tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=dtype or "auto", **kwargs)
-    return model, tokenizer

@@ -38,6 +38,8 @@ from pathlib import Path
 
 from ..collapse.detector import ALARM_PREFIX
 from ..runs.logs import MI_SCOPES, as_records, load_run_logs, metric_series
+from .canvas import new_figure
+from .gradients import GRADIENT_FILE, plot_gradient_report
 from .panels import LINE_STYLES, PANELS, Panel, missing_panels, panel_data
 
 
@@ -67,15 +69,6 @@ REGIME_COLORS = ("#2ca02c", "#d62728", "#1f77b4", "#7f7f7f")
 
 class MissingMetricsError(ValueError):
     """A figure has nothing to draw: the run logged none of the metrics it needs (listed in the message)."""
-
-
-def _new_figure(**kwargs):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(layout="constrained", **kwargs)
-    FigureCanvasAgg(figure)  # attaches itself as figure.canvas
-    return figure
 
 
 ### the regime plane
@@ -198,7 +191,7 @@ def plot_regimes(
 
     from ..collapse.mi import COMPRESSED_REASONING, DIVERSE_REASONING, LOW_ENTROPY_COLLAPSE, REGIMES, TEMPLATE_COLLAPSE
 
-    figure = _new_figure(figsize=(7.5, 5.5))
+    figure = new_figure(figsize=(7.5, 5.5))
     ax = figure.add_subplot()
     (x0, x1), (y0, y1) = _limits(ent, ent_thr), _limits(mi, mi_thr)
     ax.set_xlim(x0, x1)
@@ -257,7 +250,7 @@ def plot_training_curves(history, panels: Sequence[Panel] = PANELS, title: str |
         raise MissingMetricsError(f"training curves: the logs hold none of the plotted metrics: {wanted}")
     ncols = 1 if len(filled) == 1 else 2 if len(filled) <= 4 else 3
     nrows = math.ceil(len(filled) / ncols)
-    figure = _new_figure(figsize=(5.2 * ncols, 3.3 * nrows))
+    figure = new_figure(figsize=(5.2 * ncols, 3.3 * nrows))
     from matplotlib.ticker import MaxNLocator
 
     axes = figure.subplots(nrows, ncols, squeeze=False).flatten()
@@ -367,7 +360,6 @@ def plot_run_report(
             figures.append((REGIMES_FILE.format(scope=scope), figure))
         except MissingMetricsError as error:
             missing.append(str(error))
-    from .gradients import GRADIENT_FILE, plot_gradient_report
 
     gradients = plot_gradient_report(logs)  # only runs with grad_report_every_n_steps have it: never "missing"
     if gradients is not None:

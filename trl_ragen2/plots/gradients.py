@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from ..runs.logs import as_records
+from .canvas import new_figure
 
 
 GRAD_KEY = re.compile(r"^ragen2/grad/bucket_(\d+)/(task|kl|entropy|reward_variance)$")
@@ -38,8 +39,6 @@ def plot_gradient_report(history, steps=None, title: str | None = None):
 
     Each panel's lines have gid `"<term>@<step>"` and x = bucket numbers (1 = lowest reward variance).
     """
-    from .figures import _new_figure
-
     reports = gradient_reports(history)
     if steps is not None:
         reports = {step: value for step, value in reports.items() if step in set(steps)}
@@ -47,7 +46,7 @@ def plot_gradient_report(history, steps=None, title: str | None = None):
         return None
     from matplotlib import colormaps
 
-    figure = _new_figure(figsize=(15, 4.2))
+    figure = new_figure(figsize=(15, 4.2))
     axes = figure.subplots(1, len(TERMS))
     ordered = sorted(reports)
     cmap = colormaps["viridis"]

@@ -38,7 +38,7 @@ from pathlib import Path
 METRICS_FILE = "metrics.jsonl"  # the file tracking.MetricsJSONLCallback writes (the name's one definition)
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
-MI_SCOPES = ("first_turn", "trajectory")  # the MI diagnostics' scopes (`trl_ragen2.collapse.scoring.SCOPES` is this tuple)
+MI_SCOPES = ("first_turn", "trajectory")  # the MI diagnostics' scopes (`collapse.scoring.SCOPES` is this tuple)
 POOLED_ENV = "all"  # ragen2/env/all/...: every episode of a mixed-environment batch together
 ENV_KEY = re.compile(r"^(?P<eval>eval_)?ragen2/env/(?P<env>[^/]+)/(?P<metric>[^/]+)$")
 
