@@ -411,7 +411,7 @@ def test_unknown_prompt_with_plain_trainer_explains_the_fix(tmp_path, tiny_token
     rollout = RagenRollout()
 
     class FakeTrainer:
-        current_rows = None
+        generation_rows = None
 
     with pytest.raises(ValueError, match="pass the datasets to the rollout"):
         rollout._rows_for([[{"role": "user", "content": "?"}]], FakeTrainer())

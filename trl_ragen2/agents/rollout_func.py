@@ -110,7 +110,7 @@ class RagenRollout:
             self._rows_by_prompt[_prompt_key(row["prompt"])] = {k: row.get(k) for k in ("env", "seed", "env_config")}
 
     def _rows_for(self, prompts: Sequence[Any], trainer) -> list[dict[str, Any]]:
-        rows = getattr(trainer, "current_rows", None)
+        rows = getattr(trainer, "generation_rows", None)  # SNRFilteredGRPOTrainer's rows of the batch
         if rows is not None and len(rows) == len(prompts):
             return rows
         found = []

@@ -7,6 +7,7 @@
 - `advantages`: advantages TRL defines over the whole batch, recomputed on the kept rows;
 - `batch_utils`: row operations on TRL generation batches (select, trim, cut, placeholders);
 - `micro_steps`: where the kept rows go over the micro-steps, and each micro-step's loss factors;
+- `generation_state`: one generation's trip through the filter, the object the trainer's overrides share;
 - `empty_steps`: the filter's counters, and the callback that makes an optimizer step without a kept row a no-op.
 
 Everything here but `empty_steps` (a transformers `TrainerCallback`) needs torch at most. The trainers that use it

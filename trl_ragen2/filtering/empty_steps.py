@@ -39,19 +39,30 @@ class EmptyStepGuard(TrainerCallback):
     move every weight (weight decay, moment updates). Its `optimizer.step()` call is skipped: no parameter,
     optimizer-state or gradient-scaler change. The learning-rate schedule still advances (it counts optimizer
     steps of training, not updates).
+
+    The trainer reports each micro-step ([`on_micro_step`]); the guard keeps whether the optimizer step under way
+    has trained on a kept row (`step_has_kept_rows`, which `SNRFilteredPPOTrainer` reads for its critic) and
+    starts over at each optimizer step. It reads the trainer's public `args`, `optimizer`, `accelerator`,
+    `filter_state` and `filtered_generation`, and appends to TRL's metrics.
     """
 
     def __init__(self, trainer):
         self.trainer = trainer
+        self.step_has_kept_rows = False  # whether the optimizer step under way has trained on a kept row yet
         self.stop_reported = False
         self.skipped_optimizer = None
         self.saved_step = None
         self.skipped_engine_optimizer = None
         self.saved_engine_step = None
 
+    def on_micro_step(self, has_kept_rows: bool) -> None:
+        """Called by the trainer as each training micro-step starts, before its forward."""
+        self.step_has_kept_rows |= has_kept_rows
+        self.before_boundary_backward()
+
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         trainer = self.trainer
-        if trainer.args.reward_variance_filtering is not None and not trainer._step_has_kept_rows:
+        if trainer.args.reward_variance_filtering is not None and not self.step_has_kept_rows:
             optimizer = trainer.optimizer
             # Shadow step() for this one call. The LR scheduler may have wrapped it in an instance attribute
             # already: keep whatever is there to put it back.
@@ -71,7 +82,7 @@ class EmptyStepGuard(TrainerCallback):
         trainer = self.trainer
         if not (trainer.is_deepspeed_enabled and trainer.accelerator.sync_gradients):
             return
-        if trainer.args.reward_variance_filtering is None or trainer._step_has_kept_rows:
+        if trainer.args.reward_variance_filtering is None or self.step_has_kept_rows:
             return
         inner = trainer.accelerator.deepspeed_engine_wrapped.engine.optimizer
         self.saved_engine_step = inner.__dict__.get("step")
@@ -91,7 +102,7 @@ class EmptyStepGuard(TrainerCallback):
             else:
                 self.skipped_optimizer.step = self.saved_step
             self.skipped_optimizer = self.saved_step = None
-        self.trainer._step_has_kept_rows = False  # the next optimizer step starts
+        self.step_has_kept_rows = False  # the next optimizer step starts
 
     def on_step_end(self, args, state, control, **kwargs):
         patience = self.trainer.args.reward_variance_empty_patience
@@ -100,7 +111,8 @@ class EmptyStepGuard(TrainerCallback):
             control.should_training_stop = True
             if not self.stop_reported:
                 self.stop_reported = True
-                logger.warning(empty_patience_message(consecutive, state.global_step, self.trainer._empty_cause))
+                cause = self.trainer.filtered_generation.empty_cause
+                logger.warning(empty_patience_message(consecutive, state.global_step, cause))
         return control
 
 

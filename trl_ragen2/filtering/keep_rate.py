@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -93,6 +94,13 @@ def auto_switch(
     elif not on and signal >= on_above:
         on = True
     return signal, on
+
+
+class GuardedSelection(NamedTuple):
+    """What [`select_under`] returns: the kept groups `(P,)`, and how many of them the guard added."""
+
+    keep: torch.Tensor
+    guard_added: int
 
 
 @dataclass(frozen=True)
@@ -205,7 +213,7 @@ def select_under(
     include_zero: bool = False,
     largest: bool = True,
     **selection,
-) -> tuple[torch.Tensor, int]:
+) -> GuardedSelection:
     """The kept groups (P,) under `decision`, and how many of them the guard added.
 
     An inactive decision keeps every group (zero-variance ones too), as no filtering would. Otherwise
@@ -215,7 +223,7 @@ def select_under(
     """
     scores = torch.as_tensor(scores)
     if not decision.active:
-        return torch.ones(scores.numel(), dtype=torch.bool, device=scores.device), 0
+        return GuardedSelection(torch.ones(scores.numel(), dtype=torch.bool, device=scores.device), 0)
     keep = select_groups(
         scores,
         strategy="top_p" if strategy == AUTO else strategy,
@@ -225,6 +233,6 @@ def select_under(
         **selection,
     )
     if not min_kept_fraction:
-        return keep, 0
+        return GuardedSelection(keep, 0)
     guarded = guard_min_kept(scores, keep, min_fraction=min_kept_fraction, include_zero=include_zero, largest=largest)
-    return guarded, int(guarded.sum() - keep.sum())
+    return GuardedSelection(guarded, int(guarded.sum() - keep.sum()))

@@ -16,6 +16,10 @@ RAGEN-2 (arXiv 2604.06268) §3.3. The trainer is thin: it wires the pure functio
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: the filter counters, the auto switch and the MI EMA survive
   resume.
 
+What one override learns and a later one needs goes through two objects of `trl_ragen2.filtering.generation_state`:
+the batch being scored (`ScoredGeneration`: its rows, the early selection, the gathered rewards) and what the filter
+kept of it (`FilteredGeneration`: the kept groups, the micro-step plan, the loss scale, why a step was empty).
+
 The keep rate in force at each generation (a rho schedule, a warm-up, the auto switch, the exploration guard) comes
 from `trl_ragen2.filtering.keep_rate`.
 
@@ -29,6 +33,7 @@ import math
 import os
 import textwrap
 from dataclasses import asdict, fields
+from typing import Any, NamedTuple
 
 import torch
 from transformers.trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
@@ -51,7 +56,8 @@ from ..filtering.batch_utils import (
     zero_loss_rows,
 )
 from ..filtering.empty_steps import FILTER_STATE_FILE, EmptyStepGuard, FilterState
-from ..filtering.keep_rate import AUTO, FilterDecision, select_under
+from ..filtering.generation_state import FilteredGeneration, ScoredGeneration, weighted_rewards
+from ..filtering.keep_rate import AUTO, FilterDecision, GuardedSelection, select_under
 from ..filtering.micro_steps import (
     MicroStep,
     chunk_windows,
@@ -84,6 +90,20 @@ from .grpo_config import SNRFilteredGRPOConfig
 logger = logging.getLogger(__name__)
 
 ENTROPY_STATE_FILE = "entropy_ctrl_state.json"  # TRL's adaptive entropy controller (GRPOTrainer._save_checkpoint)
+
+
+class TRLGeneration(NamedTuple):
+    """What TRL 1.16's `GRPOTrainer._generate` returns, by name (a change in its arity fails loudly here)."""
+
+    prompt_ids: list
+    completion_ids: list
+    tool_mask: Any
+    completions: list
+    logprobs: Any
+    extra_fields: dict | None  # the rollout_func's extra per-row fields
+    images: Any
+    tool_images: Any
+
 
 RAGEN2_PAPER = {
     "title": "RAGEN-2: Reasoning Collapse in Agentic RL",
@@ -148,23 +168,14 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         if self.use_vllm and vllm_platform_is_cpu():
             use_cpu_weight_sync(self.vllm_generation)  # TRL's load_weights cannot reach CPU-packed layers
-        self.filter_state = FilterState()
+        self.filter_state = FilterState()  # the filter's counters and auto switch, saved with every checkpoint
         self.keep_rate_control = args.keep_rate_control()  # rho schedule, warm-up and auto switch
-        self._global_rewards_per_func: torch.Tensor | None = None
-        self.current_rows: list[dict] | None = None
-        self._filtered_batch: dict | None = None
-        self._local_kept_rows = 0
-        self._micro_step_plan: list[MicroStep] = []
-        self._micro_step: MicroStep | None = None
-        self._step_has_kept_rows = False  # whether the current optimizer step has trained on a kept row yet
+        self._scored: ScoredGeneration | None = None  # the batch being made and scored (training or evaluation)
+        self._filtered: FilteredGeneration | None = None  # what the filter kept of the last training batch
+        self._micro_step: MicroStep | None = None  # the micro-step being trained (None: not filtering)
+        # `_compute_loss` asks the override of `_get_per_token_logps_and_entropies` for its forward's entropies
         self._capture_loss_forward = False
         self._loss_forward = None
-        self._early_keep: torch.Tensor | None = None  # (B,) selection known before TRL's scoring passes
-        self._early_keep_used: torch.Tensor | None = None
-        self._scoring_rows_skipped = 0
-        self._generation_is_empty = False
-        self._empty_cause: EmptyStepCause | None = None
-        self._loss_scale = 1.0
         # Extra lines for the model card, e.g. {"Catalogue": "webshop-small-1k"}; recipes fill it.
         self.model_card_details: dict[str, str] = {}
         self.empty_step_guard = EmptyStepGuard(self)
@@ -177,14 +188,32 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             else None
         )
 
+    @property
+    def generation_rows(self) -> list[dict] | None:
+        """The dataset rows (this process's) of the generation batch being made, or of the last one made, for a
+        `rollout_func` that needs more than the prompts (`RagenRollout` reads each row's env, seed and env_config);
+        None before the first batch."""
+        return self._scored.rows if self._scored is not None else None
+
+    @property
+    def filtered_generation(self) -> FilteredGeneration | None:
+        """What the filter kept of the last training generation batch, and how its rows train; None before one."""
+        return self._filtered
+
+    @property
+    def micro_step(self) -> MicroStep | None:
+        """The micro-step being trained: its rows and loss factors (`trl_ragen2.filtering.micro_steps`); None in
+        evaluation or without filtering."""
+        return self._micro_step
+
     # -----------------------------------------------------------------------------------------------------------
     # Rewards and selection
 
     def _generate(self, prompts):
         result = super()._generate(prompts)
-        self._early_keep = None
         if self.model.training and self.args.reward_variance_filtering is not None and self._scoring_passes_run():
-            self._early_keep = self._selection_from_rollout(result[5], len(prompts))  # result[5]: extra fields
+            extra_fields = TRLGeneration(*result).extra_fields
+            self._scored.early_keep = self._selection_from_rollout(extra_fields, len(prompts))
         return result
 
     def _scoring_passes_run(self) -> bool:
@@ -206,14 +235,13 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         values = [[float("nan") if v is None else float(v) for v in extra_fields[field]] for field in fields]
         local = torch.tensor(values, dtype=torch.float32, device=device).T  # (B, num_funcs)
         per_func = self.accelerator.gather(local)  # (N_global, num_funcs), as TRL gathers the rewards
-        rewards = (per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
-        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+        rewards = weighted_rewards(per_func, self.reward_weights)
         keep_rows = self.select_groups_from_rewards(rewards).repeat_interleave(self.num_generations)
         start = self.accelerator.process_index * local_rows
         return keep_rows[start : start + local_rows].to(device)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        self._early_keep_used, self._early_keep = self._early_keep, None  # TRL's scoring passes are over
+        self._scored.scoring_passes_done = True
         try:
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         except Exception as error:
@@ -222,19 +250,16 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
                 raise
             raise named from error
         check_finite_rewards(rewards_per_func, self.reward_func_names)
-        self._global_rewards_per_func = rewards_per_func  # (N_global, num_funcs), the same on every process
+        self._scored.rewards_per_func = rewards_per_func  # (N_global, num_funcs), the same on every process
         return rewards_per_func
 
     def _raw_rewards(self) -> torch.Tensor:
         """Weighted sum of the reward functions per rollout, (N_global,); NaN where no function scored it."""
-        per_func = self._global_rewards_per_func
-        rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
-        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
-        return rewards
+        return self._scored.raw_rewards(self.reward_weights)
 
     def select_groups_from_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
         """Apply the configured selection to raw rewards (N_global,) in group order; returns the kept groups (P,)."""
-        return self._select_groups(rewards, self._filter_decision(rewards))[0]
+        return self._select_groups(rewards, self._filter_decision(rewards)).keep
 
     def _filter_decision(self, rewards: torch.Tensor) -> FilterDecision:
         """Warm-up, scheduled rho and auto switch for this generation, from the state before it (no side effect:
@@ -243,7 +268,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         observed = std_over_mean(rewards.cpu(), self.num_generations) if self.keep_rate_control.auto else math.nan
         return self.keep_rate_control.decide(self.state.global_step, observed, state.auto_signal, state.auto_on)
 
-    def _select_groups(self, rewards: torch.Tensor, decision: FilterDecision) -> tuple[torch.Tensor, int]:
+    def _select_groups(self, rewards: torch.Tensor, decision: FilterDecision) -> GuardedSelection:
         """The kept groups (P,) under `decision`, and how many of them the exploration guard added."""
         args = self.args
         return select_under(
@@ -268,9 +293,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             self.gradient_report.on_batch(self, batch, self._raw_rewards())
 
     def _generate_and_score_completions(self, inputs):
-        # The dataset rows of this generation batch, for a rollout_func that needs more than the prompts
-        # (trl_ragen2.RagenRollout reads env, seed and env_config from them).
-        self.current_rows = inputs
+        self._scored = ScoredGeneration(rows=inputs)  # a rollout_func reads the rows (`generation_rows`)
         batch = super()._generate_and_score_completions(inputs)
         if not self.model.training:
             return batch  # evaluation is never filtered
@@ -280,6 +303,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         return self._filter_batch(batch)
 
     def _filter_batch(self, batch: dict) -> dict:
+        """Drop the rows of the groups the filter does not keep, and record what it kept (`FilteredGeneration`)."""
         rewards = self._raw_rewards()  # (N_global,)
         decision = self._filter_decision(rewards)
         keep_groups, guard_added = self._select_groups(rewards, decision)  # (P,)
@@ -296,7 +320,6 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self._show_used_advantages(used_advantages)
 
         index = local_keep.nonzero().squeeze(1)
-        self._local_kept_rows = index.numel()
         if index.numel():
             filtered = trim_completion_padding(select_rows(batch, index), self.pad_to_multiple_of)
         else:
@@ -306,15 +329,19 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         filtered["num_items_in_batch"] = self.accelerator.gather(loss_token_count(filtered)).sum()
 
         empty = not bool(keep_groups.any())
-        self._empty_cause = self._empty_step_cause(rewards, decision) if empty else None
-        self._update_filter_state(empty, decision)
         kept_fraction = keep_groups.float().mean().item()
         scaling = self.args.reward_variance_loss_scaling
-        self._loss_scale = {"none": 1.0, "linear": kept_fraction, "sqrt": math.sqrt(kept_fraction)}[scaling]
-        self._log_filter_metrics(rewards, keep_groups, keep_rows)
+        self._filtered = FilteredGeneration(
+            keep_groups=keep_groups,
+            local_kept_rows=index.numel(),
+            empty=empty,
+            empty_cause=self._empty_step_cause(rewards, decision) if empty else None,
+            loss_scale={"none": 1.0, "linear": kept_fraction, "sqrt": math.sqrt(kept_fraction)}[scaling],
+            batch=filtered,  # laid out over the micro-steps by _prepare_inputs
+        )
+        self._update_filter_state(empty, decision)
+        self._log_filter_metrics(rewards, keep_rows)
         self._log_keep_rate(decision, guard_added)
-
-        self._filtered_batch = filtered
         return filtered
 
     def _empty_step_cause(self, rewards: torch.Tensor, decision: FilterDecision) -> EmptyStepCause:
@@ -333,11 +360,10 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         )
 
     def _check_early_selection(self, local_keep: torch.Tensor) -> None:
-        early, self._early_keep_used = self._early_keep_used, None
-        skipped = torch.tensor(float(self._scoring_rows_skipped), device=self.accelerator.device)
+        early = self._scored.early_keep
+        skipped = torch.tensor(float(self._scored.scoring_rows_skipped), device=self.accelerator.device)
         skipped = self.accelerator.reduce(skipped, reduction="sum").item()  # over all processes
         self._metrics["train"]["ragen2/filter/scoring_rows_skipped"].append(skipped)
-        self._scoring_rows_skipped = 0
         if early is not None and bool((local_keep & ~early).any()):
             names = [getattr(func, "__name__", repr(func)) for func in self.reward_funcs]
             raise RuntimeError(
@@ -356,7 +382,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         if batch_dependent(self.scale_rewards, self.multi_objective_aggregation):
             used = torch.full((total,), float("nan"))
             if keep_rows.any():
-                kept = self._global_rewards_per_func[keep_rows.to(self._global_rewards_per_func.device)]
+                per_func = self._scored.rewards_per_func
+                kept = per_func[keep_rows.to(per_func.device)]
                 used[keep_rows.cpu()] = kept_row_advantages(
                     kept.cpu(),
                     self.reward_weights.cpu(),
@@ -382,18 +409,18 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         state.filtered_steps += 1
         state.empty_steps += int(empty)
         state.consecutive_empty_steps = state.consecutive_empty_steps + 1 if empty else 0
-        self._generation_is_empty = empty
 
-    def _log_filter_metrics(self, rewards: torch.Tensor, keep_groups: torch.Tensor, keep_rows: torch.Tensor) -> None:
-        stats = filter_stats(rewards.cpu(), self.num_generations, keep_groups.cpu())
+    def _log_filter_metrics(self, rewards: torch.Tensor, keep_rows: torch.Tensor) -> None:
+        filtered = self._filtered
+        stats = filter_stats(rewards.cpu(), self.num_generations, filtered.keep_groups.cpu())
         metrics = self._metrics["train"]
         for key, value in stats.items():
             metrics[f"ragen2/filter/{key}"].append(value)
         metrics["ragen2/filter/kept_rows"].append(float(keep_rows.sum().item()))
-        metrics["ragen2/filter/empty"].append(float(self._generation_is_empty))
+        metrics["ragen2/filter/empty"].append(float(filtered.empty))
         metrics["ragen2/filter/empty_steps"].append(float(self.filter_state.empty_steps))
         metrics["ragen2/filter/consecutive_empty_steps"].append(float(self.filter_state.consecutive_empty_steps))
-        metrics["ragen2/filter/loss_scale"].append(self._loss_scale)
+        metrics["ragen2/filter/loss_scale"].append(filtered.loss_scale)
 
     def _log_keep_rate(self, decision: FilterDecision, guard_added: int) -> None:
         args, metrics = self.args, self._metrics["train"]
@@ -411,30 +438,29 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
     # Micro-batching and loss
 
     def _prepare_inputs(self, generation_batch):
-        self._filtered_batch = None
         inputs = super()._prepare_inputs(generation_batch)
         if not self.model.training or self.args.reward_variance_filtering is None:
             self._micro_step = None
             return inputs
-        if self._filtered_batch is not None:
+        filtered = self._filtered
+        if filtered.batch is not None:
             # GRPOTrainer just generated and split the filtered batch with a floor division that drops the
             # remainder rows; lay it out again so that every kept row is trained on, in full mini-batches.
-            self._buffered_inputs, self._micro_step_plan = self._lay_out(self._filtered_batch)
-            self._filtered_batch = None
-        cycle = len(self._micro_step_plan)
-        self._micro_step = self._micro_step_plan[self._step % cycle]
-        self._step_has_kept_rows |= self._micro_step.unit_rows > 0
-        self.empty_step_guard.before_boundary_backward()
+            self._buffered_inputs, filtered.micro_steps = self._lay_out(filtered.batch, filtered.local_kept_rows)
+            filtered.batch = None
+        self._micro_step = filtered.micro_steps[self._step % len(filtered.micro_steps)]
+        self.empty_step_guard.on_micro_step(has_kept_rows=self._micro_step.unit_rows > 0)
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
-    def _lay_out(self, batch: dict) -> tuple[list[dict], list[MicroStep]]:
-        """Shuffle the filtered batch and cut it into this generation's micro-batches (see `trl_ragen2.filtering.micro_steps`)."""
+    def _lay_out(self, batch: dict, kept_rows: int) -> tuple[list[dict], list[MicroStep]]:
+        """Shuffle the filtered batch and cut its `kept_rows` rows into this generation's micro-batches (see
+        `trl_ragen2.filtering.micro_steps`)."""
         args = self.args
         steps = args.steps_per_generation
         shuffled = shuffle_sequence_dict(batch)
         windows = chunk_windows(self._step, steps, args.gradient_accumulation_steps)
-        sizes = fill_chunks(self._local_kept_rows, windows, args.per_device_train_batch_size)
-        row_tokens = row_loss_tokens(shuffled)[: self._local_kept_rows]
+        sizes = fill_chunks(kept_rows, windows, args.per_device_train_batch_size)
+        row_tokens = row_loss_tokens(shuffled)[:kept_rows]
         tokens = [int(chunk.sum()) for chunk in row_tokens.split(sizes)]
         local = torch.tensor([sizes, tokens], dtype=torch.long, device=self.accelerator.device).T  # (S, 2)
         gathered = self.accelerator.gather(local.unsqueeze(0)).cpu()  # (P, S, 2)
@@ -449,7 +475,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         return micro_batches(shuffled, sizes, aligned, self.pad_to_multiple_of), plan
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
-        keep = self._early_keep
+        keep = self._scored.scoring_keep() if self._scored is not None else None
         multimodal = any(
             kwargs.get(key) is not None for key in (*MULTIMODAL_KEYS, "token_type_ids", "mm_token_type_ids")
         )
@@ -464,7 +490,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
                 )
                 logps = logps.to(kept.dtype)
                 logps[index] = kept
-            self._scoring_rows_skipped += int((~keep).sum())
+            self._scored.scoring_rows_skipped += int((~keep).sum())
             return logps, None, None
         result = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **kwargs)
         if self._capture_loss_forward:
@@ -475,7 +501,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         step = self._micro_step if self.model.training else None
         if step is None:
             loss = super()._compute_loss(model, inputs)
-            return loss * self._loss_scale if self.model.training and self._loss_scale != 1.0 else loss
+            scale = self._filtered.loss_scale if self._filtered is not None else 1.0
+            return loss * scale if self.model.training and scale != 1.0 else loss
 
         entropy_coef = self._entropy_coef_in_force()  # read before TRL's adaptive controller updates it
         lengths = {key: len(values) for key, values in self._metrics["train"].items()}
@@ -514,7 +541,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         if step.real_rows:  # MoE aux loss: TRL's per-micro-batch term, none for placeholder-only micro-batches
             corrected = corrected + aux_term
         self._correct_metrics(lengths, step, policy_factor * policy_loss.detach())
-        return corrected * self._loss_scale
+        return corrected * self._filtered.loss_scale
 
     def _entropy_coef_in_force(self) -> float:
         """The entropy-bonus coefficient TRL's `_compute_loss` applies to this micro-batch."""

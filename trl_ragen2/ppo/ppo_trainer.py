@@ -267,7 +267,9 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         """The completions table shows each row's mean GAE advantage over its model tokens (what the loss used);
         NaN marks the rows the filter dropped."""
         placeholder_only = (
-            self.model.training and self.args.reward_variance_filtering is not None and not self._local_kept_rows
+            self.model.training
+            and self.args.reward_variance_filtering is not None
+            and not self.filtered_generation.local_kept_rows
         )
         real = 0 if placeholder_only else len(rows)
         row_means = ((advantages * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0))[:real].tolist()
@@ -396,7 +398,7 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
 
     def _critic_optimizer_step(self) -> None:
         metrics = self._metrics["train"]
-        if self.args.reward_variance_filtering is not None and not self._step_has_kept_rows:
+        if self.args.reward_variance_filtering is not None and not self.empty_step_guard.step_has_kept_rows:
             # No kept row in this optimizer step: nothing is stepped (no update, no weight decay, no moment or
             # scaler change), like the policy's empty steps; the schedule still advances with the policy's.
             self.critic_optimizer.zero_grad(set_to_none=True)
