@@ -34,7 +34,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
 
-from trl_ragen2.runs.logs import MI_SCOPES  # noqa: E402
+from trl_ragen2.runs.keys import MI_SCOPES  # noqa: E402
 
 
 def timed(fn):

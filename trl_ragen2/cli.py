@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .runs.logs import MI_SCOPES, format_summary, is_summary_key, load_run_logs, summarize
+from .runs.keys import MI_SCOPES, mi_key
+from .runs.logs import format_summary, is_summary_key, load_run_logs, summarize
 
 
 PROG = "trl-ragen2"
@@ -126,7 +127,7 @@ def _add_summary(subparsers) -> None:
 
 def _last_regimes(records: list[dict]) -> dict[str, dict]:
     """Regime of the last MI diagnostic per scope, with the default MI-Est / H(Z|X) thresholds."""
-    scopes = [s for s in MI_SCOPES if any(f"ragen2/mi/{s}/mi_est" in r for r in records)]
+    scopes = [s for s in MI_SCOPES if any(mi_key(s, "mi_est") in r for r in records)]
     if not scopes:
         return {}
     from .plots.figures import classify_run, regime_points, regime_thresholds

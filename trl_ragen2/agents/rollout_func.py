@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..runs.keys import ENV, POOLED_ENV
 from .generation import TrainerGeneration
 from .rollout import (
     ROLLOUT_STAT_KEYS,
@@ -168,7 +169,7 @@ class RagenRollout:
         }
 
 
-def log_env_metrics(trainer, episodes: Sequence[Episode], mode: str, prefix: str = "ragen2/env") -> dict[str, float]:
+def log_env_metrics(trainer, episodes: Sequence[Episode], mode: str) -> dict[str, float]:
     """Gather every process's episode statistics and append `ragen2/env/<env>/<metric>` to the trainer's metrics.
 
     A batch that mixes environments also gets `ragen2/env/all/<metric>` over all its episodes (the rollout's own
@@ -181,9 +182,9 @@ def log_env_metrics(trainer, episodes: Sequence[Episode], mode: str, prefix: str
     metrics = aggregate_env_metrics(gathered)
     if len({env for env, _ in gathered}) > 1:  # a mixed-environment batch: also every episode pooled, as "all"
         shared = [{key: value for key, value in stats.items() if key in ROLLOUT_STAT_KEYS} for _, stats in gathered]
-        metrics.update(aggregate_env_metrics(("all", stats) for stats in shared))
-    for key, value in metrics.items():
-        trainer._metrics[mode][f"{prefix}/{key}"].append(value)
+        metrics.update(aggregate_env_metrics((POOLED_ENV, stats) for stats in shared))
+    for key, value in metrics.items():  # key: <env>/<metric>
+        trainer._metrics[mode][ENV + key].append(value)
     return metrics
 
 

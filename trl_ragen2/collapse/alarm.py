@@ -31,7 +31,8 @@ import os
 
 from transformers import TrainerCallback
 
-from .detector import ALARM_PREFIX, AlarmUpdate, CollapseDetector
+from ..runs.keys import alarm_key
+from .detector import AlarmUpdate, CollapseDetector
 
 
 logger = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class CollapseAlarm(TrainerCallback):
         if update is None:
             return
         self._watched += 1
-        values = {ALARM_PREFIX + key: value for key, value in update.metrics().items()}
+        values = {alarm_key(key): value for key, value in update.metrics().items()}
         logs.update(values)
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(values)  # Trainer.log appended its copy before calling the callbacks

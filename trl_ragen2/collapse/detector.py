@@ -31,13 +31,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..runs.logs import MI_SCOPES
+from ..runs.keys import MI_SCOPES, mi_key
 
 
 REQUIRE = ("both", "either", "mi_zscore_ema", "retrieval")
 ENTROPY_KEYS = ("cond_entropy", "entropy")
-ALARM_KEYS = ("active", "fired", "consecutive", "mi_drop", "retrieval_drop", "entropy_ratio")
-ALARM_PREFIX = "ragen2/alarm/"  # the logged key of each of ALARM_KEYS: ALARM_PREFIX + key
+ALARM_KEYS = ("active", "fired", "consecutive", "mi_drop", "retrieval_drop", "entropy_ratio")  # logged: alarm_key
 
 
 def _number(value) -> float | None:
@@ -165,19 +164,22 @@ class CollapseDetector:
 
     def read(self, record: dict) -> Reading | None:
         """The detector's values from one log record, or None when it holds no MI-ZScore-EMA of the scope."""
-        prefix = f"ragen2/mi/{self.scope}/"
-        mi = _number(record.get(prefix + "mi_zscore_ema"))
+
+        def value(name: str) -> float | None:
+            return _number(record.get(mi_key(self.scope, name)))
+
+        mi = value("mi_zscore_ema")
         step = record.get("step")
         if mi is None or not isinstance(step, int):
             return None
-        entropy_key = prefix + "cond_entropy" if self.entropy_key == "cond_entropy" else "entropy"
+        entropy_key = mi_key(self.scope, "cond_entropy") if self.entropy_key == "cond_entropy" else "entropy"
         return Reading(
             step=step,
             mi=mi,
-            mi_low=_number(record.get(prefix + "mi_zscore_ema_ci_low")),
-            mi_high=_number(record.get(prefix + "mi_zscore_ema_ci_high")),
-            retrieval=_number(record.get(prefix + "retrieval_above_chance")),
-            pvalue=_number(record.get(prefix + "retrieval_pvalue")),
+            mi_low=value("mi_zscore_ema_ci_low"),
+            mi_high=value("mi_zscore_ema_ci_high"),
+            retrieval=value("retrieval_above_chance"),
+            pvalue=value("retrieval_pvalue"),
             entropy=_number(record.get(entropy_key)),
         )
 

@@ -47,10 +47,11 @@ from dataclasses import InitVar, asdict, dataclass, field
 from transformers import TrainerCallback
 
 from ..runs.checkpoints import CheckpointError, atomic_write_json, read_json_state
+from ..runs.keys import MI_SCOPES, mi_key, text_key
 from .mi import DEFAULT_KS, EMA_KEYS, MARGINAL_MODES, MIZScoreEMA, mi_metric_keys, mi_metrics
 from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS, scope_uncertainty, uncertainty_keys
 from .scoring.collective import ProcessGroup
-from .scoring.pairs import NEGATIVE_SAMPLING, SCOPES, PairBuilder
+from .scoring.pairs import NEGATIVE_SAMPLING, PairBuilder
 from .scoring.reasoning import ReasoningExtractor
 from .scoring.scopes import LocalRollouts, ScopeResult, ScoreMemo, gather_rows, score_scope
 from .scoring.transformers_scorer import DEFAULT_PACK_TOKENS
@@ -66,13 +67,16 @@ COUNT_KEYS = ("num_pairs", "num_dropped_empty", "num_unscored", "time_s")
 
 @dataclass
 class MIDiagnosticsConfig:
-    """Settings of the RAGEN-2 MI diagnostics (a trainer config mirrors them as `mi_*` fields).
+    """Settings of the RAGEN-2 MI diagnostics, the one definition of them: a trainer config's `mi_*` fields are made
+    from these fields, with their defaults and help texts (`trl_ragen2.grpo.grpo_config.MIDiagnosticsArguments`).
 
     Parameters:
         enabled (`bool`, defaults to `True`): run the diagnostics at all.
         every_n_steps (`int`, defaults to `5`): run at step 1 and every multiple of this (RAGEN's `compute_freq`).
         num_samples (`int`, defaults to `64`): sampled pairs per scope (RAGEN's `num_samples`).
-        scopes (`tuple[str, ...]`, defaults to `("first_turn", "trajectory")`): which scopes to compute.
+        scopes (`tuple[str, ...]`, defaults to `("first_turn", "trajectory")`): which scopes to compute:
+            `first_turn`, the initial prompt against the first turn's reasoning; `trajectory`, the history up to a
+            turn against that turn's reasoning.
         engine (`str`, defaults to `"auto"`): `"transformers"` (exact, KV-cache reuse), `"vllm"` (the trainer's vLLM
             prompt logprobs), or `"auto"` (vLLM when the trainer uses it).
         max_tokens_per_chunk (`int`, defaults to `16384`): token budget of one scoring forward (transformers).
@@ -99,23 +103,34 @@ class MIDiagnosticsConfig:
             stored.
     """
 
-    enabled: bool = True
-    every_n_steps: int = 5
-    num_samples: int = 64
-    scopes: tuple[str, ...] = SCOPES
-    engine: str = "auto"
-    max_tokens_per_chunk: int = 16384
-    pack_tokens: int | None = DEFAULT_PACK_TOKENS
-    num_negatives: int | None = None
-    negative_sampling: str = "random"
-    marginal: str = "ragen"
-    ema_alpha: float = 0.9
-    ks: tuple[int, ...] = field(default=DEFAULT_KS)
-    seed: int = 0
-    num_permutations: int = DEFAULT_PERMUTATIONS
-    num_bootstrap: int = DEFAULT_BOOTSTRAP
-    confidence_level: float = DEFAULT_LEVEL
-    text_metrics: bool = True
+    enabled: bool = field(default=True, metadata={"help": "Run the RAGEN-2 MI collapse diagnostics."})
+    every_n_steps: int = field(default=5, metadata={"help": "Run at step 1, then every N steps (RAGEN: 5)."})
+    num_samples: int = field(default=64, metadata={"help": "Pairs sampled per scope (RAGEN: 64)."})
+    scopes: tuple[str, ...] = field(default=MI_SCOPES, metadata={"help": "Scopes: first_turn and/or trajectory."})
+    engine: str = field(default="auto", metadata={"help": "'transformers', 'vllm' or 'auto'."})
+    max_tokens_per_chunk: int = field(default=16384, metadata={"help": "Token budget of one scoring forward."})
+    pack_tokens: int | None = field(
+        default=DEFAULT_PACK_TOKENS,
+        metadata={"help": "Lane width for packing chains side by side in scoring (None: one per row)."},
+    )
+    num_negatives: int | None = field(
+        default=None, metadata={"help": "Negatives per chain instead of all prompts (biased, cheaper)."}
+    )
+    negative_sampling: str = field(default="random", metadata={"help": "'random' or 'similar' negatives."})
+    marginal: str = field(default="ragen", metadata={"help": "'ragen' (plotted curves) or 'paper' (Eq. 1)."})
+    ema_alpha: float = field(default=0.9, metadata={"help": "EMA decay of MI-ZScore-EMA's sigma (paper: 0.9)."})
+    ks: tuple[int, ...] = field(default=DEFAULT_KS, metadata={"help": "Recall@k cut-offs."})
+    seed: int = field(default=0, metadata={"help": "Seed of the pair sampling (with the step and the scope)."})
+    num_permutations: int = field(
+        default=DEFAULT_PERMUTATIONS, metadata={"help": "Label shuffles of the retrieval permutation test (0: off)."}
+    )
+    num_bootstrap: int = field(
+        default=DEFAULT_BOOTSTRAP, metadata={"help": "Bootstrap resamples of the intervals (0: off)."}
+    )
+    confidence_level: float = field(default=DEFAULT_LEVEL, metadata={"help": "Level of the MI confidence intervals."})
+    text_metrics: bool = field(
+        default=True, metadata={"help": "Also log distinct-n, self-BLEU and n-gram overlap of the reasoning."}
+    )
     field_names: InitVar[Mapping[str, str] | None] = None
 
     def __post_init__(self, field_names: Mapping[str, str] | None):
@@ -130,8 +145,8 @@ class MIDiagnosticsConfig:
             (
                 "scopes",
                 self.scopes,
-                bool(self.scopes) and set(self.scopes) <= set(SCOPES),
-                f"choose from {SCOPES}, or set {named('enabled')}=False",
+                bool(self.scopes) and set(self.scopes) <= set(MI_SCOPES),
+                f"choose from {MI_SCOPES}, or set {named('enabled')}=False",
             ),
             ("engine", self.engine, self.engine in ENGINES, f"choose one of {ENGINES}"),
             ("max_tokens_per_chunk", self.max_tokens_per_chunk, self.max_tokens_per_chunk >= 1, "use an integer >= 1"),
@@ -283,7 +298,7 @@ class MIDiagnostics:
         metrics = {}
         if self.config.text_metrics:  # ragen2/text/...: text template metrics of the same batch
             text, text_error = batch_text_metrics(local, builder, group, error)
-            metrics.update({f"ragen2/text/{key}": value for key, value in text.items()})
+            metrics.update({text_key(key): value for key, value in text.items()})
             if text_error:
                 self._warn_once("text", text_error)
         for scope in self.config.scopes:
@@ -307,7 +322,7 @@ class MIDiagnostics:
                     memo=memo,
                 )
             metrics.update(
-                {f"ragen2/mi/{scope}/{key}": value for key, value in self._scope_metrics(scope, result, step).items()}
+                {mi_key(scope, key): value for key, value in self._scope_metrics(scope, result, step).items()}
             )
         return metrics
 

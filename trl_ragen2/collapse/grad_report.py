@@ -27,6 +27,7 @@ import time
 
 import torch
 
+from ..runs.keys import GRAD_TIME, grad_bucket_key
 from .grad_snr import COMPONENTS, REPORTED_LOSS_TYPES, component_losses, global_norm, reward_variance_buckets
 
 
@@ -90,7 +91,7 @@ class GradientReport:
         devices = [trainer.accelerator.device] if trainer.accelerator.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.enable_grad():
             metrics = self.measure(trainer, batch, rewards)
-        metrics["ragen2/grad/time_s"] = time.perf_counter() - began
+        metrics[GRAD_TIME] = time.perf_counter() - began
         for key, value in metrics.items():
             trainer._metrics["train"][key].append(value)
         return metrics
@@ -122,7 +123,7 @@ class GradientReport:
             values["num_groups"] = float(len(groups))
             values["num_rows"] = float(totals["total_rows"])
             values["num_tokens"] = float(totals["total_tokens"])
-            metrics.update({f"ragen2/grad/bucket_{number}/{key}": value for key, value in values.items()})
+            metrics.update({grad_bucket_key(number, key): value for key, value in values.items()})
         return metrics
 
     @staticmethod

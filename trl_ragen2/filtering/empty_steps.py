@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
+from ..runs.keys import FILTER_SKIPPED_UPDATES
 from .reward_checks import empty_patience_message
 
 
@@ -69,9 +70,9 @@ class EmptyStepGuard(TrainerCallback):
             self.saved_step = optimizer.__dict__.get("step")
             optimizer.step = _skipped_step
             self.skipped_optimizer = optimizer
-            trainer._metrics["train"]["ragen2/filter/skipped_updates"].append(1.0)
+            trainer._metrics["train"][FILTER_SKIPPED_UPDATES].append(1.0)
         elif trainer.args.reward_variance_filtering is not None:
-            trainer._metrics["train"]["ragen2/filter/skipped_updates"].append(0.0)
+            trainer._metrics["train"][FILTER_SKIPPED_UPDATES].append(0.0)
 
     def before_boundary_backward(self) -> None:
         """Under DeepSpeed the optimizer steps inside the last micro-step's backward: skip it there.

@@ -7,16 +7,19 @@ and the fix.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import typing
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ..collapse.mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS
+from ..collapse.diagnostics import MIDiagnosticsConfig
+from ..collapse.grad_report import check_report_settings
 from ..filtering.keep_rate import AUTO, AUTO_OFF_BELOW, AUTO_ON_ABOVE, AUTO_SMOOTHING, SCHEDULES, KeepRateControl
 from ..filtering.selection import SCORE_METRICS, SELECTION_EPS_MODES, STRATEGIES, TOP_P_MODES, check_top_k
 from ..models.vllm_cpu import VLLMEngineArguments
-from ..runs.logs import MI_SCOPES
 from .config_types import check_field_types
 
 
@@ -342,111 +345,90 @@ class SNRFilterArguments:
         )
 
 
+# MIDiagnosticsConfig fields a trainer config does not carry: the Recall@k cut-offs stay at their default, and the
+# pair sampling is seeded with the run's `seed`.
+MI_CONFIG_ONLY = ("ks", "seed")
+
+
+def _mi_field_name(name: str) -> str:
+    """The trainer-config field that sets `MIDiagnosticsConfig.<name>`."""
+    return "mi_diagnostics" if name == "enabled" else f"mi_{name}"
+
+
 # MIDiagnosticsConfig field -> the MIDiagnosticsArguments field that sets it
 MI_CONFIG_FIELDS = {
-    "enabled": "mi_diagnostics",
-    "every_n_steps": "mi_every_n_steps",
-    "num_samples": "mi_num_samples",
-    "scopes": "mi_scopes",
-    "engine": "mi_engine",
-    "max_tokens_per_chunk": "mi_max_tokens_per_chunk",
-    "pack_tokens": "mi_pack_tokens",
-    "num_negatives": "mi_num_negatives",
-    "negative_sampling": "mi_negative_sampling",
-    "marginal": "mi_marginal",
-    "ema_alpha": "mi_ema_alpha",
-    "num_permutations": "mi_num_permutations",
-    "num_bootstrap": "mi_num_bootstrap",
-    "confidence_level": "mi_confidence_level",
-    "text_metrics": "mi_text_metrics",
+    f.name: _mi_field_name(f.name) for f in dataclasses.fields(MIDiagnosticsConfig) if f.name not in MI_CONFIG_ONLY
 }
 
 
-@dataclass
-class MIDiagnosticsArguments:
-    r"""
+def _mi_arguments_fields() -> list[tuple[str, type, dataclasses.Field]]:
+    """`(name, type, field)` of each `mi_*` field: `MIDiagnosticsConfig`'s type, default and help text.
+
+    A tuple field becomes a list (what `TrlParser` reads from several command-line values or a YAML list), with a
+    copy of the tuple as its default.
+    """
+    types = typing.get_type_hints(MIDiagnosticsConfig)
+    made = []
+    for config_field in dataclasses.fields(MIDiagnosticsConfig):
+        if config_field.name not in MI_CONFIG_FIELDS:
+            continue
+        kind, metadata = types[config_field.name], dict(config_field.metadata)
+        if typing.get_origin(kind) is tuple:
+            kind = list[typing.get_args(kind)[0]]
+            spec = field(default_factory=functools.partial(list, config_field.default), metadata=metadata)
+        else:
+            spec = field(default=config_field.default, metadata=metadata)
+        made.append((MI_CONFIG_FIELDS[config_field.name], kind, spec))
+    return made
+
+
+def _literal(value) -> str:
+    """A default as the docstrings write it: `"auto"`, `["first_turn", "trajectory"]`, `None`, `5`."""
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(item) for item in value) + "]"
+    return repr(value)
+
+
+def _mi_arguments_doc(fields: list[tuple[str, type, dataclasses.Field]]) -> str:
+    """The `Parameters:` entries of the `mi_*` fields, from their types, defaults and help texts."""
+    lines = []
+    for name, kind, spec in fields:
+        default = spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
+        shown = kind.__name__ if isinstance(kind, type) and not typing.get_args(kind) else str(kind)
+        lines += [f"        {name} (`{shown}`, *optional*, defaults to `{_literal(default)}`):"]
+        lines += [f"            {spec.metadata['help']}"]
+    return "\n".join(lines)
+
+
+def mi_diagnostics_config(self) -> MIDiagnosticsConfig:
+    """The [`~trl_ragen2.collapse.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there; its
+    errors name these fields)."""
+    values = {name: getattr(self, field_name) for name, field_name in MI_CONFIG_FIELDS.items()}
+    return MIDiagnosticsConfig(**values, seed=getattr(self, "seed", 0), field_names=MI_CONFIG_FIELDS)
+
+
+_MI_FIELDS = _mi_arguments_fields()
+MIDiagnosticsArguments = dataclasses.make_dataclass(
+    "MIDiagnosticsArguments",
+    _MI_FIELDS,
+    namespace={"mi_diagnostics_config": mi_diagnostics_config, "__module__": __name__},
+)
+MIDiagnosticsArguments.__doc__ = f"""
     RAGEN-2 mutual-information collapse diagnostics (arXiv 2604.06268, §2.3, Table 1), run on the pre-filter batch.
 
     Every reasoning chain of a sample of the batch is scored under every prompt of the batch; from the log-probability
-    matrix come Retrieval-Acc, Recall@k, MI-Est, MI-Seq-Est, MI-ZScore and MI-ZScore-EMA beside H(Z|X), logged under
-    `ragen2/mi/first_turn/...` and `ragen2/mi/trajectory/...`. See [`~trl_ragen2.collapse.diagnostics.MIDiagnosticsConfig`].
+    matrix come Retrieval-Acc, Recall@k, MI-Est, MI-Seq-Est, MI-ZScore and MI-ZScore-EMA beside H(Z|X), logged for
+    each scope (`first_turn`, `trajectory`; the keys of `trl_ragen2.runs.keys.mi_key`).
+
+    The fields are made from [`~trl_ragen2.collapse.diagnostics.MIDiagnosticsConfig`], the one definition of these
+    settings, whose docstring describes each: `mi_<name>` sets its field `<name>` (and `mi_diagnostics` sets
+    `enabled`), with the same default and help text. `ks` stays at its default and `seed` is the run's `seed`.
 
     Parameters:
-        mi_diagnostics (`bool`, *optional*, defaults to `True`):
-            Run the diagnostics.
-        mi_every_n_steps (`int`, *optional*, defaults to `5`):
-            Run at step 1 and then every this many optimizer steps (RAGEN's `compute_freq`).
-        mi_num_samples (`int`, *optional*, defaults to `64`):
-            Sampled (context, reasoning) pairs per scope (RAGEN's `num_samples`).
-        mi_scopes (`list[str]`, *optional*, defaults to `["first_turn", "trajectory"]`):
-            `first_turn`: the initial prompt against the first turn's reasoning; `trajectory`: the history up to a
-            turn against that turn's reasoning.
-        mi_engine (`str`, *optional*, defaults to `"auto"`):
-            `"transformers"` (exact, prefix KV-cache reuse), `"vllm"` (the trainer's vLLM prompt log-probs), or
-            `"auto"` (vLLM when the trainer generates with it).
-        mi_max_tokens_per_chunk (`int`, *optional*, defaults to `16384`):
-            Token budget of one scoring forward pass (transformers engine): bounds its memory.
-        mi_pack_tokens (`int` or `None`, *optional*, defaults to `128`):
-            Lane width for packing a context's chains side by side in one row (transformers engine); `None` scores one
-            chain per row. The scores are the same.
-        mi_num_negatives (`int` or `None`, *optional*, defaults to `None`):
-            Score each chain against its own prompt and this many negatives instead of every prompt: cheaper, but a
-            biased estimate.
-        mi_negative_sampling (`str`, *optional*, defaults to `"random"`):
-            `"random"` or `"similar"` negatives (with `mi_num_negatives`).
-        mi_marginal (`str`, *optional*, defaults to `"ragen"`):
-            Per-token marginal of MI-Est: `"ragen"` (RAGEN's code, the paper's plotted curves) or `"paper"` (Eq. 1).
-        mi_ema_alpha (`float`, *optional*, defaults to `0.9`):
-            Decay of the MI-ZScore-EMA standard deviation (the paper's 0.9).
-        mi_num_permutations (`int`, *optional*, defaults to `1000`):
-            Label shuffles of the permutation test of retrieval above chance (`retrieval_pvalue`); 0 turns it off.
-        mi_num_bootstrap (`int`, *optional*, defaults to `1000`):
-            Bootstrap resamples of the confidence intervals of every proxy (`<key>_ci_low/high`); 0 turns them off.
-        mi_confidence_level (`float`, *optional*, defaults to `0.95`):
-            Level of the intervals and of the chance band (`retrieval_null_high`).
-        mi_text_metrics (`bool`, *optional*, defaults to `True`):
-            Also log the text template metrics of the batch's reasoning (distinct-n, self-BLEU, cross-prompt n-gram
-            overlap) under `ragen2/text/...`, at the same steps.
+{_mi_arguments_doc(_MI_FIELDS)}
     """
-
-    mi_diagnostics: bool = field(default=True, metadata={"help": "Run the RAGEN-2 MI collapse diagnostics."})
-    mi_every_n_steps: int = field(default=5, metadata={"help": "Run at step 1, then every N steps (RAGEN: 5)."})
-    mi_num_samples: int = field(default=64, metadata={"help": "Pairs sampled per scope (RAGEN: 64)."})
-    mi_scopes: list[str] = field(
-        default_factory=lambda: list(MI_SCOPES),
-        metadata={"help": "Scopes: first_turn and/or trajectory."},
-    )
-    mi_engine: str = field(default="auto", metadata={"help": "'transformers', 'vllm' or 'auto'."})
-    mi_max_tokens_per_chunk: int = field(default=16384, metadata={"help": "Token budget of one scoring forward."})
-    mi_pack_tokens: int | None = field(
-        default=128, metadata={"help": "Lane width for packing chains side by side in scoring (None: one per row)."}
-    )
-    mi_num_negatives: int | None = field(
-        default=None, metadata={"help": "Negatives per chain instead of all prompts (biased, cheaper)."}
-    )
-    mi_negative_sampling: str = field(default="random", metadata={"help": "'random' or 'similar' negatives."})
-    mi_marginal: str = field(default="ragen", metadata={"help": "'ragen' (plotted curves) or 'paper' (Eq. 1)."})
-    mi_ema_alpha: float = field(default=0.9, metadata={"help": "EMA decay of MI-ZScore-EMA's sigma (paper: 0.9)."})
-    mi_num_permutations: int = field(
-        default=DEFAULT_PERMUTATIONS, metadata={"help": "Label shuffles of the retrieval permutation test (0: off)."}
-    )
-    mi_num_bootstrap: int = field(
-        default=DEFAULT_BOOTSTRAP, metadata={"help": "Bootstrap resamples of the intervals (0: off)."}
-    )
-    mi_confidence_level: float = field(
-        default=DEFAULT_LEVEL, metadata={"help": "Level of the MI confidence intervals."}
-    )
-    mi_text_metrics: bool = field(
-        default=True, metadata={"help": "Also log distinct-n, self-BLEU and n-gram overlap of the reasoning."}
-    )
-
-    def mi_diagnostics_config(self):
-        """The [`~trl_ragen2.collapse.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there; its errors name
-        these fields)."""
-        from ..collapse.diagnostics import MIDiagnosticsConfig
-
-        values = {name: getattr(self, field_name) for name, field_name in MI_CONFIG_FIELDS.items()}
-        return MIDiagnosticsConfig(**values, seed=getattr(self, "seed", 0), field_names=MI_CONFIG_FIELDS)
 
 
 @dataclass
@@ -523,8 +505,6 @@ class SNRFilteredGRPOConfig(
         self.validate_reward_variance_fields()
         self.mi_diagnostics_config()  # validates the mi_* fields
         self.validate_vllm_engine_fields()
-        from ..collapse.grad_report import check_report_settings
-
         check_report_settings(self, sharded=False)  # the trainer checks the sharding
         if self.reward_variance_filtering is not None and self.num_generations < 2:
             raise ValueError(

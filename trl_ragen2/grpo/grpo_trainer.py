@@ -69,6 +69,7 @@ from ..filtering.micro_steps import (
 from ..filtering.reward_checks import EmptyStepCause, check_finite_rewards, empty_step_cause, reward_function_error
 from ..filtering.selection import filter_stats, group_reward_scores, std_over_mean
 from ..models.vllm_cpu import engine_options, use_cpu_weight_sync, vllm_platform_is_cpu
+from ..runs import keys
 from ..runs.checkpoints import (
     CheckpointError,
     OutputDirInUseError,
@@ -363,7 +364,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         early = self._scored.early_keep
         skipped = torch.tensor(float(self._scored.scoring_rows_skipped), device=self.accelerator.device)
         skipped = self.accelerator.reduce(skipped, reduction="sum").item()  # over all processes
-        self._metrics["train"]["ragen2/filter/scoring_rows_skipped"].append(skipped)
+        self._metrics["train"][keys.FILTER_SCORING_ROWS_SKIPPED].append(skipped)
         if early is not None and bool((local_keep & ~early).any()):
             names = [getattr(func, "__name__", repr(func)) for func in self.reward_funcs]
             raise RuntimeError(
@@ -415,24 +416,24 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         stats = filter_stats(rewards.cpu(), self.num_generations, filtered.keep_groups.cpu())
         metrics = self._metrics["train"]
         for key, value in stats.items():
-            metrics[f"ragen2/filter/{key}"].append(value)
-        metrics["ragen2/filter/kept_rows"].append(float(keep_rows.sum().item()))
-        metrics["ragen2/filter/empty"].append(float(filtered.empty))
-        metrics["ragen2/filter/empty_steps"].append(float(self.filter_state.empty_steps))
-        metrics["ragen2/filter/consecutive_empty_steps"].append(float(self.filter_state.consecutive_empty_steps))
-        metrics["ragen2/filter/loss_scale"].append(filtered.loss_scale)
+            metrics[keys.filter_key(key)].append(value)
+        metrics[keys.FILTER_KEPT_ROWS].append(float(keep_rows.sum().item()))
+        metrics[keys.FILTER_EMPTY].append(float(filtered.empty))
+        metrics[keys.FILTER_EMPTY_STEPS].append(float(self.filter_state.empty_steps))
+        metrics[keys.FILTER_CONSECUTIVE_EMPTY_STEPS].append(float(self.filter_state.consecutive_empty_steps))
+        metrics[keys.FILTER_LOSS_SCALE].append(filtered.loss_scale)
 
     def _log_keep_rate(self, decision: FilterDecision, guard_added: int) -> None:
         args, metrics = self.args, self._metrics["train"]
-        metrics["ragen2/filter/active"].append(float(decision.active))
+        metrics[keys.FILTER_ACTIVE].append(float(decision.active))
         if args.reward_variance_filtering in ("top_p", AUTO):
-            metrics["ragen2/filter/top_p"].append(decision.top_p)
+            metrics[keys.FILTER_TOP_P].append(decision.top_p)
         if decision.auto_on is not None:
-            metrics["ragen2/filter/auto_on"].append(float(decision.auto_on))
+            metrics[keys.FILTER_AUTO_ON].append(float(decision.auto_on))
             signal = decision.auto_signal
-            metrics["ragen2/filter/auto_signal"].append(math.nan if signal is None else signal)
+            metrics[keys.FILTER_AUTO_SIGNAL].append(math.nan if signal is None else signal)
         if args.reward_variance_min_kept_fraction:
-            metrics["ragen2/filter/guard_added"].append(float(guard_added))
+            metrics[keys.FILTER_GUARD_ADDED].append(float(guard_added))
 
     # -----------------------------------------------------------------------------------------------------------
     # Micro-batching and loss

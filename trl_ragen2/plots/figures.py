@@ -36,8 +36,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..collapse.detector import ALARM_PREFIX
-from ..runs.logs import MI_SCOPES, as_records, load_run_logs, metric_series
+from ..runs import keys
+from ..runs.keys import MI_SCOPES
+from ..runs.logs import as_records, load_run_logs, metric_series
 from .canvas import new_figure
 from .gradients import GRADIENT_FILE, plot_gradient_report
 from .panels import LINE_STYLES, PANELS, Panel, missing_panels, panel_data
@@ -119,8 +120,8 @@ def regime_points(
     if scope not in MI_SCOPES:
         raise ValueError(f"scope={scope!r} is not an MI scope; choose one of {MI_SCOPES}")
     records = as_records(history)
-    mi = dict(zip(*metric_series(records, f"ragen2/mi/{scope}/{proxy}"), strict=True))
-    ent = dict(zip(*metric_series(records, f"ragen2/mi/{scope}/{entropy}"), strict=True))
+    mi = dict(zip(*metric_series(records, keys.mi_key(scope, proxy)), strict=True))
+    ent = dict(zip(*metric_series(records, keys.mi_key(scope, entropy)), strict=True))
     steps = sorted(set(mi) & set(ent))
     return steps, [mi[s] for s in steps], [ent[s] for s in steps]
 
@@ -183,7 +184,7 @@ def plot_regimes(
     steps, mi, ent = regime_points(history, scope, proxy, entropy)
     if not steps:
         raise MissingMetricsError(
-            f"regimes ({scope}): no step logged both ragen2/mi/{scope}/{proxy} and ragen2/mi/{scope}/{entropy} "
+            f"regimes ({scope}): no step logged both {keys.mi_key(scope, proxy)} and {keys.mi_key(scope, entropy)} "
             "(the MI diagnostics run at step 1 and every mi_every_n_steps; is MIDiagnosticsCallback attached and "
             f"the {scope} scope enabled?)"
         )
@@ -295,7 +296,7 @@ def _shade_band(ax, records: list[dict], series, color: str) -> None:
 
 def _mark_alarms(ax, records: list[dict]) -> None:
     """A vertical line at each step where the collapse alarm fired (`ragen2/alarm/fired`)."""
-    steps, fired = metric_series(records, ALARM_PREFIX + "fired")
+    steps, fired = metric_series(records, keys.alarm_key("fired"))
     for number, step in enumerate(s for s, value in zip(steps, fired, strict=True) if value > 0):
         mark = ax.axvline(step, color="#d62728", ls="--", lw=1.2, label="collapse alarm" if number == 0 else None)
         mark.set_gid("collapse-alarm")

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 
+from ..runs.keys import GRAD
 from ..runs.logs import as_records
 from .canvas import new_figure
 
 
-GRAD_KEY = re.compile(r"^ragen2/grad/bucket_(\d+)/(task|kl|entropy|reward_variance)$")
+GRAD_KEY = re.compile(rf"^{re.escape(GRAD)}bucket_(\d+)/(task|kl|entropy|reward_variance)$")  # keys.grad_bucket_key
 TERMS = {"task": "task gradient", "kl": "KL gradient (x beta in the update)", "entropy": "entropy gradient (x coef)"}
 GRADIENT_FILE = "gradient_snr.png"
 

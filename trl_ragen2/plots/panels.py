@@ -16,7 +16,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..runs.logs import MI_SCOPES, as_records, env_names, metric_series
+from ..runs.keys import (
+    FILTER_KEPT_FRACTION,
+    FILTER_KEPT_VARIANCE_SHARE,
+    MI_SCOPES,
+    PPO_EXPLAINED_VARIANCE,
+    PPO_VALUE_LOSS,
+    env_key,
+    evaluation,
+    mi_key,
+    text_key,
+)
+from ..runs.logs import as_records, env_names, metric_series
 
 
 @dataclass(frozen=True)
@@ -55,8 +66,9 @@ def _per_env(metric: str) -> Callable[[set[str]], list[Series]]:
     def series(keys):
         lines = []
         for env in env_names(keys, metric):
-            lines.append(Series(f"ragen2/env/{env}/{metric}", f"{env} (train)", "train", env))
-            lines.append(Series(f"eval_ragen2/env/{env}/{metric}", f"{env} (validation)", "eval", env))
+            key = env_key(env, metric)
+            lines.append(Series(key, f"{env} (train)", "train", env))
+            lines.append(Series(evaluation(key), f"{env} (validation)", "eval", env))
         return lines
 
     return series
@@ -66,7 +78,8 @@ def _action_validity(keys: set[str]) -> list[Series]:
     """Valid-action rate per env (train and validation), and the train format-error rate as a reference."""
     lines = _per_env("valid_action_rate")(keys)
     for env in env_names(keys, "format_error_rate"):
-        lines.append(Series(f"ragen2/env/{env}/format_error_rate", f"{env} format errors (train)", "reference", env))
+        key = env_key(env, "format_error_rate")
+        lines.append(Series(key, f"{env} format errors (train)", "reference", env))
     return lines
 
 
@@ -77,14 +90,12 @@ def _per_scope(*metrics: tuple) -> Callable[[set[str]], list[Series]]:
     def series(keys):
         lines = []
         for scope in MI_SCOPES:
-            prefix = f"ragen2/mi/{scope}/"
             for metric, label, role, *band in metrics:
-                edges = (prefix + band[0][0], prefix + band[0][1]) if band else None
+                edges = (mi_key(scope, band[0][0]), mi_key(scope, band[0][1])) if band else None
                 shown = scope.replace("_", "-")
                 band_label = f"{band[1]} ({shown})" if band else None
-                lines.append(
-                    Series(prefix + metric, f"{label} ({shown})", role, scope, band=edges, band_label=band_label)
-                )
+                key = mi_key(scope, metric)
+                lines.append(Series(key, f"{label} ({shown})", role, scope, band=edges, band_label=band_label))
         return lines
 
     return series
@@ -105,23 +116,29 @@ PANELS = (
             Series("eval_reward", "validation", "eval", "reward"),
         ),
     ),
-    Panel("Success rate", "success rate", "ragen2/env/<env>/success_rate", _per_env("success_rate")),
-    Panel("Episode return", "mean return", "ragen2/env/<env>/mean_return", _per_env("mean_return"), optional=True),
-    Panel("Valid actions", "rate", "ragen2/env/<env>/valid_action_rate", _action_validity, optional=True),
-    Panel("Turns per episode", "turns", "ragen2/env/<env>/turns", _per_env("turns"), optional=True),
+    Panel("Success rate", "success rate", env_key("<env>", "success_rate"), _per_env("success_rate")),
+    Panel(
+        "Episode return",
+        "mean return",
+        env_key("<env>", "mean_return"),
+        _per_env("mean_return"),
+        optional=True,
+    ),
+    Panel("Valid actions", "rate", env_key("<env>", "valid_action_rate"), _action_validity, optional=True),
+    Panel("Turns per episode", "turns", env_key("<env>", "turns"), _per_env("turns"), optional=True),
     Panel(
         "SNR filter: kept fraction",
         "fraction",
-        "ragen2/filter/kept_fraction",
+        FILTER_KEPT_FRACTION,
         _fixed(
-            Series("ragen2/filter/kept_fraction", "prompt groups kept"),
-            Series("ragen2/filter/kept_variance_share", "reward-variance share kept", "reference"),
+            Series(FILTER_KEPT_FRACTION, "prompt groups kept"),
+            Series(FILTER_KEPT_VARIANCE_SHARE, "reward-variance share kept", "reference"),
         ),
     ),
     Panel(
         "Retrieval accuracy",
         "accuracy",
-        "ragen2/mi/<scope>/retrieval_acc",
+        mi_key("<scope>", "retrieval_acc"),
         _per_scope(
             ("retrieval_acc", "Retrieval-Acc", "train", *_interval("retrieval_acc")),
             ("retrieval_chance", "chance", "reference", ("retrieval_chance", "retrieval_null_high"), "chance reach"),
@@ -131,14 +148,14 @@ PANELS = (
     Panel(
         "MI-Est",
         "nats/token",
-        "ragen2/mi/<scope>/mi_est",
+        mi_key("<scope>", "mi_est"),
         _per_scope(("mi_est", "MI-Est", "train", *_interval("mi_est"))),
         marks_alarms=True,
     ),
     Panel(
         "MI-ZScore",
         "z-score",
-        "ragen2/mi/<scope>/mi_zscore(_ema)",
+        mi_key("<scope>", "mi_zscore(_ema)"),
         _per_scope(
             ("mi_zscore", "MI-ZScore", "train"),
             ("mi_zscore_ema", "MI-ZScore-EMA", "reference", *_interval("mi_zscore_ema")),
@@ -148,19 +165,19 @@ PANELS = (
     Panel(
         "Reasoning text",
         "score",
-        "ragen2/text/...",
+        text_key("..."),
         _fixed(
-            Series("ragen2/text/distinct_2", "distinct-2"),
-            Series("ragen2/text/self_bleu_within", "self-BLEU within a prompt"),
-            Series("ragen2/text/self_bleu_across", "self-BLEU across prompts"),
-            Series("ragen2/text/cross_prompt_overlap", "cross-prompt trigram overlap", "reference"),
+            Series(text_key("distinct_2"), "distinct-2"),
+            Series(text_key("self_bleu_within"), "self-BLEU within a prompt"),
+            Series(text_key("self_bleu_across"), "self-BLEU across prompts"),
+            Series(text_key("cross_prompt_overlap"), "cross-prompt trigram overlap", "reference"),
         ),
         optional=True,
     ),
     Panel(
         "Entropy",
         "nats/token",
-        "entropy, ragen2/mi/<scope>/cond_entropy",
+        "entropy, " + mi_key("<scope>", "cond_entropy"),
         lambda keys: (
             [Series("entropy", "token entropy (policy)")] + _per_scope(("cond_entropy", "H(Z|X)", "train"))(keys)
         ),
@@ -177,17 +194,18 @@ PANELS = (
     Panel(
         "PPO critic: value loss",
         "loss",
-        "ragen2/ppo/value_loss",
+        PPO_VALUE_LOSS,
         _fixed(
-            Series("ragen2/ppo/value_loss", "value loss"), Series("eval_ragen2/ppo/value_loss", "validation", "eval")
+            Series(PPO_VALUE_LOSS, "value loss"),
+            Series(evaluation(PPO_VALUE_LOSS), "validation", "eval"),
         ),
         optional=True,
     ),
     Panel(
         "PPO critic: explained variance",
         "explained variance",
-        "ragen2/ppo/explained_variance",
-        _fixed(Series("ragen2/ppo/explained_variance", "explained variance")),
+        PPO_EXPLAINED_VARIANCE,
+        _fixed(Series(PPO_EXPLAINED_VARIANCE, "explained variance")),
         optional=True,
     ),
 )

@@ -34,6 +34,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import disable_dropout_in_model
 
 from ..grpo.grpo_trainer import RAGEN2_PAPER, SNRFilteredGRPOTrainer
+from ..runs import keys
 from ..runs.checkpoints import atomic_torch_save, load_errors_named
 from .critic import (
     CRITIC_DIR,
@@ -325,7 +326,7 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
                 )
         penalty = kl_reward_penalty(logps, batch["ref_per_token_logps"], mask, self.beta)
         mean, _ = moments_to_mean_var(self._reduce(masked_moments(-penalty / self.beta, mask)))
-        self._metrics[mode]["ragen2/ppo/kl"].append(mean)
+        self._metrics[mode][keys.PPO_KL].append(mean)
         return penalty
 
     # -----------------------------------------------------------------------------------------------------------
@@ -372,8 +373,8 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
             metrics = self._metrics["train"]
             totals = self._reduce(torch.stack([per_token_loss.detach().sum(), clipped.sum(), mask.sum()]).double())
             tokens = max(float(totals[2]), 1.0)
-            metrics["ragen2/ppo/value_loss"].append(float(totals[0]) / tokens)
-            metrics["ragen2/ppo/value_clipfrac"].append(float(totals[1]) / tokens)
+            metrics[keys.PPO_VALUE_LOSS].append(float(totals[0]) / tokens)
+            metrics[keys.PPO_VALUE_CLIPFRAC].append(float(totals[1]) / tokens)
         if boundary:
             self._critic_optimizer_step()
 
@@ -410,11 +411,11 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
             if self.critic_scaler is not None:
                 self.critic_scaler.unscale_(self.critic_optimizer.optimizer)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, self.args.max_grad_norm))
-        metrics["ragen2/ppo/critic_learning_rate"].append(self.critic_optimizer.param_groups[0]["lr"])
+        metrics[keys.PPO_CRITIC_LEARNING_RATE].append(self.critic_optimizer.param_groups[0]["lr"])
         self.critic_optimizer.step()  # with fp16, the critic's scaler steps and updates here
         self._step_critic_scheduler()
         self.critic_optimizer.zero_grad(set_to_none=True)
-        metrics["ragen2/ppo/critic_grad_norm"].append(grad_norm)
+        metrics[keys.PPO_CRITIC_GRAD_NORM].append(grad_norm)
 
     def _step_critic_scheduler(self) -> None:
         # Metric-based schedules (ReduceLROnPlateau) step after evaluation instead, with the policy's metric.
@@ -464,15 +465,15 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         metrics = self._metrics[mode]
         for name, tensor in (("returns", returns), ("advantages", advantages)):
             for stat, value in self._global_stats(tensor, mask).items():
-                metrics[f"ragen2/ppo/{name}/{stat}"].append(value)
+                metrics[keys.ppo_stat_key(name, stat)].append(value)
         value_mean, _ = moments_to_mean_var(self._reduce(masked_moments(values, mask)))
-        metrics["ragen2/ppo/values/mean"].append(value_mean)
+        metrics[keys.PPO_VALUES_MEAN].append(value_mean)
         _, residual = moments_to_mean_var(self._reduce(masked_moments(returns - values, mask)))
         _, target = moments_to_mean_var(self._reduce(masked_moments(returns, mask)))
-        metrics["ragen2/ppo/explained_variance"].append(explained_variance_from_vars(residual, target))
+        metrics[keys.PPO_EXPLAINED_VARIANCE].append(explained_variance_from_vars(residual, target))
         if mode == "eval":  # no critic update in evaluation: the value loss is 0.5 * the squared error of these values
             _, squares, tokens = self._reduce(masked_moments(returns - values, mask)).tolist()
-            metrics["ragen2/ppo/value_loss"].append(0.5 * squares / tokens if tokens else float("nan"))
+            metrics[keys.PPO_VALUE_LOSS].append(0.5 * squares / tokens if tokens else float("nan"))
 
     # -----------------------------------------------------------------------------------------------------------
     # Saving and restoring the critic

@@ -34,13 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import keys
+
 
 METRICS_FILE = "metrics.jsonl"  # the file tracking.MetricsJSONLCallback writes (the name's one definition)
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
-MI_SCOPES = ("first_turn", "trajectory")  # the MI diagnostics' scopes (`collapse.scoring.SCOPES` is this tuple)
-POOLED_ENV = "all"  # ragen2/env/all/...: every episode of a mixed-environment batch together
-ENV_KEY = re.compile(r"^(?P<eval>eval_)?ragen2/env/(?P<env>[^/]+)/(?P<metric>[^/]+)$")
+ENV_KEY = re.compile(rf"^(?P<eval>{keys.EVAL_PREFIX})?{re.escape(keys.ENV)}(?P<env>[^/]+)/(?P<metric>[^/]+)$")
 
 EXPECTED_SOURCES = (
     f"{STATE_FILE}, checkpoint-<step>/{STATE_FILE} or {METRICS_FILE} (written by "
@@ -277,23 +277,33 @@ def load_run_logs(path: str | os.PathLike, keep: Callable[[str], bool] | None = 
     return best
 
 
-def env_names(keys, metric: str) -> list[str]:
+def env_names(logged, metric: str) -> list[str]:
     """Environments that logged `ragen2/env/<env>/<metric>` (train or `eval_`), sorted.
 
     For mixed-environment batches the rollout also logs the pooled pseudo-env `all`; it is left out when only one
     real env logged the metric, since it then repeats that env.
     """
     names = set()
-    for key in keys:
+    for key in logged:
         match = ENV_KEY.match(key)
         if match and match["metric"] == metric:
             names.add(match["env"])
-    if len(names - {POOLED_ENV}) == 1:
-        names.discard(POOLED_ENV)
+    if len(names - {keys.POOLED_ENV}) == 1:
+        names.discard(keys.POOLED_ENV)
     return sorted(names)
 
 
 ### summary
+
+
+# The MI diagnostics' keys in the summary, per scope, with their direction
+SUMMARY_MI_KEYS = {
+    "retrieval_acc": "max",
+    "retrieval_chance": None,
+    "mi_est": "max",
+    "mi_zscore_ema": "max",
+    "cond_entropy": None,
+}
 
 
 @dataclass
@@ -309,50 +319,41 @@ class SummaryRow:
     best_step: int | None
 
 
-def summary_keys(keys) -> list[tuple[str, str | None]]:
-    """The key metrics present in `keys`, in display order, with their direction ("max", "min" or None)."""
+def summary_keys(logged) -> list[tuple[str, str | None]]:
+    """The key metrics present in `logged` (keys), in display order, with their direction ("max", "min" or None)."""
     wanted: list[tuple[str, str | None]] = [
         ("reward", "max"),
         ("eval_reward", "max"),
-        ("ragen2/filter/kept_fraction", None),
-        ("ragen2/filter/kept_variance_share", None),
-        ("ragen2/filter/empty_steps", None),
+        (keys.FILTER_KEPT_FRACTION, None),
+        (keys.FILTER_KEPT_VARIANCE_SHARE, None),
+        (keys.FILTER_EMPTY_STEPS, None),
     ]
-    for env in env_names(keys, "success_rate"):
-        wanted += [(f"ragen2/env/{env}/success_rate", "max"), (f"eval_ragen2/env/{env}/success_rate", "max")]
-    for scope in MI_SCOPES:
-        prefix = f"ragen2/mi/{scope}"
-        wanted += [
-            (f"{prefix}/retrieval_acc", "max"),
-            (f"{prefix}/retrieval_chance", None),
-            (f"{prefix}/mi_est", "max"),
-            (f"{prefix}/mi_zscore_ema", "max"),
-            (f"{prefix}/cond_entropy", None),
-        ]
+    for env in env_names(logged, "success_rate"):
+        success = keys.env_key(env, "success_rate")
+        wanted += [(success, "max"), (keys.evaluation(success), "max")]
+    for scope in keys.MI_SCOPES:
+        wanted += [(keys.mi_key(scope, name), direction) for name, direction in SUMMARY_MI_KEYS.items()]
     wanted += [("entropy", None), ("step_time", "min")]
-    return [(key, direction) for key, direction in wanted if key in keys]
-
-
-SUMMARY_MI_KEYS = ("retrieval_acc", "retrieval_chance", "mi_est", "mi_zscore_ema", "cond_entropy")
+    return [(key, direction) for key, direction in wanted if key in logged]
 
 
 def is_summary_key(key: str) -> bool:
     """Whether [`summarize`] (or the summary's regime line) can use the key: a `keep=` for [`load_run_logs`]."""
-    if key in ("reward", "eval_reward", "entropy", "step_time") or key.startswith("ragen2/filter/"):
+    if key in ("reward", "eval_reward", "entropy", "step_time") or key.startswith(keys.FILTER):
         return True
     match = ENV_KEY.match(key)
     if match:
         return match["metric"] == "success_rate"
-    parts = key.split("/")
-    return len(parts) == 4 and parts[:2] == ["ragen2", "mi"] and parts[3] in SUMMARY_MI_KEYS
+    parts = key.removeprefix(keys.MI).split("/")  # <scope>/<name>
+    return key.startswith(keys.MI) and len(parts) == 2 and parts[1] in SUMMARY_MI_KEYS
 
 
 def summarize(records: list[dict]) -> list[SummaryRow]:
     """Last, mean and best values of the key metrics (reward, success rates, kept fraction, MI, entropy, step
     time) that the records hold at least one finite value of."""
-    keys = {key for record in records for key in record}
+    logged = {key for record in records for key in record}
     rows = []
-    for key, direction in summary_keys(keys):
+    for key, direction in summary_keys(logged):
         steps, values = metric_series(records, key)
         if not values:
             continue

@@ -12,7 +12,6 @@
 from .collective import ProcessGroup
 from .pairs import (
     NEGATIVE_SAMPLING,
-    SCOPES,
     Draw,
     PairBuilder,
     RowInfo,
@@ -32,7 +31,6 @@ from .vllm_scorer import VLLMCrossScorer, supports_token_id_scoring
 
 __all__ = [
     "NEGATIVE_SAMPLING",
-    "SCOPES",
     "Draw",
     "LocalRollouts",
     "PairBuilder",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...runs.logs import MI_SCOPES as SCOPES
+from ...runs.keys import MI_SCOPES
 from .reasoning import ReasoningExtractor, ThinkTagExtractor
 
 
@@ -52,7 +52,7 @@ class Draw:
 
 def scope_generator(seed: int, step: int, scope: str) -> torch.Generator:
     """The generator of one scope at one optimizer step; identical on every process."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + step * 7 + SCOPES.index(scope))
+    return torch.Generator().manual_seed(seed * 1_000_003 + step * 7 + MI_SCOPES.index(scope))
 
 
 def sample_first_turn(
