@@ -222,28 +222,24 @@ class SNRFilterArguments:
                     f"reward_variance_min_p must be in [0, 1] when reward_variance_filtering='min_p', got {min_p}; "
                     "the paper's ablation uses 0.05 or 0.2"
                 )
-        if self.reward_variance_top_p_mode not in TOP_P_MODES:
-            raise ValueError(
-                f"reward_variance_top_p_mode must be one of {TOP_P_MODES}, got {self.reward_variance_top_p_mode!r}"
-            )
-        if self.reward_variance_metric not in SCORE_METRICS:
-            raise ValueError(
-                f"reward_variance_metric must be one of {SCORE_METRICS}, got {self.reward_variance_metric!r}"
-            )
+        self._check_one_of("reward_variance_top_p_mode", TOP_P_MODES)
+        self._check_one_of("reward_variance_metric", SCORE_METRICS)
         if self.reward_variance_selection_eps < 0:
             raise ValueError(
                 f"reward_variance_selection_eps must be >= 0, got {self.reward_variance_selection_eps}; RAGEN uses 0.01"
             )
         self._validate_selection_eps_mode()
-        if self.reward_variance_loss_scaling not in LOSS_SCALINGS:
-            raise ValueError(
-                f"reward_variance_loss_scaling must be one of {LOSS_SCALINGS}, got {self.reward_variance_loss_scaling!r}"
-            )
+        self._check_one_of("reward_variance_loss_scaling", LOSS_SCALINGS)
         if self.reward_variance_empty_patience < 0:
             raise ValueError(
                 f"reward_variance_empty_patience must be >= 0 (0 never stops), got {self.reward_variance_empty_patience}"
             )
         self._validate_keep_rate_fields()
+
+    def _check_one_of(self, name: str, choices: tuple) -> None:
+        value = getattr(self, name)
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
     def _validate_selection_eps_mode(self) -> None:
         mode, eps = self.reward_variance_selection_eps_mode, self.reward_variance_selection_eps
@@ -276,8 +272,7 @@ class SNRFilterArguments:
 
     def _validate_keep_rate_fields(self) -> None:
         strategy, schedule = self.reward_variance_filtering, self.reward_variance_top_p_schedule
-        if schedule not in SCHEDULES:
-            raise ValueError(f"reward_variance_top_p_schedule must be one of {SCHEDULES}, got {schedule!r}")
+        self._check_one_of("reward_variance_top_p_schedule", SCHEDULES)
         for name in ("reward_variance_schedule_steps", "reward_variance_warmup_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -44,6 +44,7 @@ from trl.trainer.utils import shuffle_sequence_dict
 from ..collapse.diagnostics import STATE_FILE as MI_STATE_FILE
 from ..collapse.diagnostics import MIDiagnostics, _is_sharded
 from ..collapse.grad_report import GradientReport, check_report_settings
+from ..filtering import micro_steps
 from ..filtering.advantages import batch_dependent, kept_row_advantages
 from ..filtering.batch_utils import (
     MULTIMODAL_KEYS,
@@ -58,14 +59,7 @@ from ..filtering.batch_utils import (
 from ..filtering.empty_steps import FILTER_STATE_FILE, EmptyStepGuard, FilterState
 from ..filtering.generation_state import FilteredGeneration, ScoredGeneration, weighted_rewards
 from ..filtering.keep_rate import AUTO, FilterDecision, GuardedSelection, select_under
-from ..filtering.micro_steps import (
-    MicroStep,
-    chunk_windows,
-    correct_trl_metrics,
-    fill_chunks,
-    loss_factors,
-    plan_micro_steps,
-)
+from ..filtering.micro_steps import MicroStep
 from ..filtering.reward_checks import EmptyStepCause, check_finite_rewards, empty_step_cause, reward_function_error
 from ..filtering.selection import filter_stats, group_reward_scores, std_over_mean
 from ..models.vllm_cpu import engine_options, use_cpu_weight_sync, vllm_platform_is_cpu
@@ -459,13 +453,13 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         args = self.args
         steps = args.steps_per_generation
         shuffled = shuffle_sequence_dict(batch)
-        windows = chunk_windows(self._step, steps, args.gradient_accumulation_steps)
-        sizes = fill_chunks(kept_rows, windows, args.per_device_train_batch_size)
+        windows = micro_steps.chunk_windows(self._step, steps, args.gradient_accumulation_steps)
+        sizes = micro_steps.fill_chunks(kept_rows, windows, args.per_device_train_batch_size)
         row_tokens = row_loss_tokens(shuffled)[:kept_rows]
         tokens = [int(chunk.sum()) for chunk in row_tokens.split(sizes)]
         local = torch.tensor([sizes, tokens], dtype=torch.long, device=self.accelerator.device).T  # (S, 2)
         gathered = self.accelerator.gather(local.unsqueeze(0)).cpu()  # (P, S, 2)
-        plan = plan_micro_steps(
+        plan = micro_steps.plan_micro_steps(
             gathered[..., 0].tolist(),
             gathered[..., 1].tolist(),
             self._step,
@@ -517,7 +511,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
 
         mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
         accumulation = self.current_gradient_accumulation_steps
-        policy_factor, entropy_factor = loss_factors(
+        policy_factor, entropy_factor = micro_steps.loss_factors(
             self.loss_type,
             step,
             rows=mask.size(0),
@@ -563,7 +557,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             share = self.accelerator.reduce(policy_contribution.reshape(1), reduction="mean").item()
             appended["policy_loss"] = [share * self.args.gradient_accumulation_steps] if step.unit_rows else []
         sequence_level = self.importance_sampling_level == "sequence"
-        corrected = correct_trl_metrics(appended, step, self.accelerator.num_processes, sequence_level)
+        corrected = micro_steps.correct_trl_metrics(appended, step, self.accelerator.num_processes, sequence_level)
         for key in appended:
             kept = metrics[key][: lengths.get(key, 0)] + corrected.get(key, [])
             if kept:
