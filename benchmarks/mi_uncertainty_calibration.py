@@ -1,5 +1,6 @@
-"""Calibration of `trl_ragen2.collapse.mi_uncertainty`: the permutation test's rejection rate when reasoning ignores the
-input, and the coverage of the bootstrap intervals (widened and plain) on a generator with a known population value.
+"""Calibration of `trl_ragen2.collapse.mi_uncertainty`: the permutation test's rejection rate when reasoning ignores
+the input, and the coverage of the bootstrap intervals (widened and plain) on a generator with a known population
+value.
 
 The generator is the one of `tests/test_mi_uncertainty.py` (`noisy_matrix`): per-token log-probabilities `base +
 noise`, plus a signal on the chain's own prompt, times the chain's length; the population value of each proxy is

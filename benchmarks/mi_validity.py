@@ -10,11 +10,11 @@ rollout renders prompts. Two conditions, G chains per input:
 - **template**: the model samples G chains once, under a generic prompt that shows no instance ("how do you solve
   Countdown puzzles in general?"), and every input gets the same G chains: a fixed generic plan, whatever the input.
 
-Every chain is scored under every input with `TransformersCrossScorer`, and `trl_ragen2.collapse.mi.mi_metrics` gives the
-proxies. Expected: retrieval near 1 vs exactly chance (1/P: identical chains rank the columns identically), MI-Est
-clearly > 0 vs <= 0 (Jensen: log-mean-exp >= mean). H(Z|X) is reported beside them: it is *higher* for the
-template (a generic text is less likely under a specific input), so a monitor that reads low entropy as collapse
-calls the collapsed condition the healthier one.
+Every chain is scored under every input with `TransformersCrossScorer`, and `trl_ragen2.collapse.mi.mi_metrics` gives
+the proxies. Expected: retrieval near 1 vs exactly chance (1/P: identical chains rank the columns identically), MI-Est
+clearly > 0 vs <= 0 (Jensen: log-mean-exp >= mean). H(Z|X) is reported beside them: it is *higher* for the template (a
+generic text is less likely under a specific input), so a monitor that reads low entropy as collapse calls the
+collapsed condition the healthier one.
 
     python benchmarks/mi_validity.py                       # P=6, G=2, 2 repeats; writes docs/figures/mi_validity.png
     python benchmarks/mi_validity.py --quick               # P=4, G=2, 1 repeat (a smoke check)

@@ -1,5 +1,5 @@
-"""Keep-rate control (trl_ragen2.filtering.keep_rate): schedule values, auto-switch transitions and the guard's kept sets,
-each worked out by hand on constructed reward sequences."""
+"""Keep-rate control (trl_ragen2.filtering.keep_rate): schedule values, auto-switch transitions and the guard's kept
+sets, each worked out by hand on constructed reward sequences."""
 
 import math
 

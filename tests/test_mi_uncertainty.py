@@ -1,4 +1,5 @@
-"""The permutation test and bootstrap intervals of `trl_ragen2.collapse.mi_uncertainty` on matrices with known answers."""
+"""The permutation test and bootstrap intervals of `trl_ragen2.collapse.mi_uncertainty` on matrices with known
+answers."""
 
 import math
 

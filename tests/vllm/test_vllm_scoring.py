@@ -17,7 +17,11 @@ import torch
 pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm")
 
-from trl_ragen2.collapse.scoring import TransformersCrossScorer, VLLMCrossScorer, supports_token_id_scoring  # noqa: E402
+from trl_ragen2.collapse.scoring import (  # noqa: E402
+    TransformersCrossScorer,
+    VLLMCrossScorer,
+    supports_token_id_scoring,
+)
 from trl_ragen2.models.tiny import VLLM_CPU_SIZES, tiny_model_path  # noqa: E402
 
 

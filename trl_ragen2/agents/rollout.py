@@ -25,8 +25,8 @@ end of the assistant turn, the next user message and the next generation prefix 
 return is the sum of the turns' environment rewards and penalties. Hitting the token budget ends a rollout
 cleanly after its last complete turn.
 
-The loop is generation-backend agnostic (`trl_ragen2.agents.generation`): every turn is one batched call over all active
-episodes, and with several processes every process makes the same number of calls.
+The loop is generation-backend agnostic (`trl_ragen2.agents.generation`): every turn is one batched call over all
+active episodes, and with several processes every process makes the same number of calls.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ trainer.train()
 ```
 
 The detector needs the MI diagnostics (`SNRFilteredGRPOTrainer` runs them; for a plain `trl.GRPOTrainer` attach
-`trl_ragen2.collapse.diagnostics.MIDiagnosticsCallback` too) and, for its significance tests, their intervals and p-values
-(on by default). `attach` places the callback first, so the trackers and `metrics.jsonl` receive the
+`trl_ragen2.collapse.diagnostics.MIDiagnosticsCallback` too) and, for its significance tests, their intervals and
+p-values (on by default). `attach` places the callback first, so the trackers and `metrics.jsonl` receive the
 `ragen2/alarm/...` keys of the same log call; a callback passed through `callbacks=` runs after the trackers, which
 then miss them (the `trainer_state.json` history still has them). On resume the detector replays the restored log
 history, so it continues where it stopped; every process decides alike, alerts come from the main process only.

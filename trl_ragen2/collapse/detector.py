@@ -6,7 +6,8 @@ MI-ZScore-EMA (steps without diagnostics) are skipped. At each diagnostic it com
 at the **peak**, the diagnostic with the highest MI-ZScore-EMA so far:
 
 - **MI-ZScore-EMA fell**: it is at most `(1 - min_drop)` times its peak, and (when the intervals are logged, see
-  `trl_ragen2.collapse.mi_uncertainty`) its interval lies entirely below the peak's, a drop the resampling cannot explain;
+  `trl_ragen2.collapse.mi_uncertainty`) its interval lies entirely below the peak's, a drop the resampling cannot
+  explain;
 - **retrieval fell**: `retrieval_above_chance` is at most `(1 - min_drop)` times its peak, and it is no longer
   significantly above chance (`retrieval_pvalue > pvalue`; when no p-value is logged the drop alone counts);
 - **entropy stays up**: the entropy (`cond_entropy` of the scope, or TRL's token `entropy`) is at least

@@ -8,8 +8,9 @@ policy, and appends the MI proxies of `trl_ragen2.collapse.mi` to the trainer's 
   `mi_zscore_ema(_seq)` / `marginal_std_ema(_seq)`,
 - `ragen2/mi/<scope>/num_pairs` (chains in the estimate), `num_dropped_empty` (draws whose reasoning was empty),
   `num_unscored` (pairs the engine could not score) and `time_s` (wall time, the largest over processes),
-- the permutation p-value and bootstrap intervals of each scope's proxies (`trl_ragen2.collapse.mi_uncertainty`), and the
-  text template metrics of the whole batch's reasoning, `ragen2/text/<key>` (`trl_ragen2.collapse.text_diagnostics`).
+- the permutation p-value and bootstrap intervals of each scope's proxies (`trl_ragen2.collapse.mi_uncertainty`), and
+  the text template metrics of the whole batch's reasoning, `ragen2/text/<key>`
+  (`trl_ragen2.collapse.text_diagnostics`).
 
 Schedule: at the first optimizer step (logged as step 1) and then at every step that is a multiple of
 `every_n_steps` (5, 10, ...), in train mode only, as in RAGEN; a due step without a generated batch (with

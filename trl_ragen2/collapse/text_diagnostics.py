@@ -1,10 +1,10 @@
 """The text template metrics of `trl_ragen2.collapse.text_metrics` on a training batch's reasoning, across processes.
 
-Every turn of every row of the (pre-filter) batch gives one chain: its reasoning, extracted and re-tokenised as for
-the MI diagnostics (`trl_ragen2.collapse.scoring.PairBuilder.reasoning`), labelled with the row's prompt (rows sharing a
-prompt form its group). The chains of all processes are gathered, so every process logs the same numbers; a
-failure anywhere (an unreadable batch, an extractor error) turns the keys into NaN on every process, never a hang.
-The metrics are on token ids of the policy's tokenizer, so they compare runs with the same tokenizer.
+Every turn of every row of the (pre-filter) batch gives one chain: its reasoning, extracted and re-tokenised as for the
+MI diagnostics (`trl_ragen2.collapse.scoring.PairBuilder.reasoning`), labelled with the row's prompt (rows sharing a
+prompt form its group). The chains of all processes are gathered, so every process logs the same numbers; a failure
+anywhere (an unreadable batch, an extractor error) turns the keys into NaN on every process, never a hang. The metrics
+are on token ids of the policy's tokenizer, so they compare runs with the same tokenizer.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Counters of the SNR filter, and the callback that turns optimizer steps without a kept row into no-ops.
 
-Kept rows fill a generation's optimizer steps in order (`trl_ragen2.filtering.micro_steps`), so a step can be left with no
-kept row on any process. Its `optimizer.step()` is skipped; the learning-rate schedule still advances, since it
-counts optimizer steps of training, not updates. After `reward_variance_empty_patience` consecutive generations
-in which the filter kept nothing, training stops with a message.
+Kept rows fill a generation's optimizer steps in order (`trl_ragen2.filtering.micro_steps`), so a step can be left with
+no kept row on any process. Its `optimizer.step()` is skipped; the learning-rate schedule still advances, since it
+counts optimizer steps of training, not updates. After `reward_variance_empty_patience` consecutive generations in
+which the filter kept nothing, training stops with a message.
 """
 
 from __future__ import annotations

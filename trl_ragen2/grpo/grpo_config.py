@@ -326,7 +326,8 @@ class SNRFilterArguments:
             )
 
     def keep_rate_control(self) -> KeepRateControl:
-        """The [`~trl_ragen2.filtering.keep_rate.KeepRateControl`] (schedule, warm-up, auto switch) these fields describe."""
+        """The [`~trl_ragen2.filtering.keep_rate.KeepRateControl`] (schedule, warm-up, auto switch) these fields
+        describe."""
         return KeepRateControl(
             top_p=self.reward_variance_top_p,
             top_p_end=self.reward_variance_top_p_end,

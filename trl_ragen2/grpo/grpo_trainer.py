@@ -1,8 +1,8 @@
 """`SNRFilteredGRPOTrainer`: TRL's `GRPOTrainer` that updates only on the prompt groups with the most reward variance.
 
 RAGEN-2 (arXiv 2604.06268) §3.3. The trainer is thin: it wires the pure functions of `trl_ragen2.filtering.selection`,
-`trl_ragen2.filtering.micro_steps` and `trl_ragen2.filtering.advantages` into GRPOTrainer at these override points, each calling
-`super()`:
+`trl_ragen2.filtering.micro_steps` and `trl_ragen2.filtering.advantages` into GRPOTrainer at these override points,
+each calling `super()`:
 
 - `_generate`: when the rollout returned the rewards (`rollout_field`), selects the groups before TRL's scoring
   passes; `_get_per_token_logps_and_entropies` then scores only the kept rows in those passes (and, in the loss,
@@ -571,10 +571,10 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """transformers' `train`, with one run per output_dir and resumes that are exact or refused.
 
-        While it trains, the run holds the output_dir's lock (`trl_ragen2.runs.checkpoints.RunLock`); a second run there
-        is refused. A run that does not resume refuses a folder holding an earlier run's checkpoints or logs unless
-        `overwrite_output_dir=True`. `resume_from_checkpoint=True`, `"true"` or `"latest"` is the latest complete
-        checkpoint; any checkpoint resumed from must hold every state file this run uses
+        While it trains, the run holds the output_dir's lock (`trl_ragen2.runs.checkpoints.RunLock`); a second run
+        there is refused. A run that does not resume refuses a folder holding an earlier run's checkpoints or logs
+        unless `overwrite_output_dir=True`. `resume_from_checkpoint=True`, `"true"` or `"latest"` is the latest
+        complete checkpoint; any checkpoint resumed from must hold every state file this run uses
         ([`resume_state_files`]), unless `resume_allow_missing_state=True`.
         """
         lock = self._claim_output_dir(resume_from_checkpoint)

@@ -10,8 +10,8 @@
   still training (with the gradient report of `trl_ragen2.plots.gradients` when the run logged one). The command line
   `trl-ragen2 plot OUTPUT_DIR` calls it.
 
-The MI panels shade the bootstrap intervals of `trl_ragen2.collapse.mi_uncertainty` (and, beside the chance line, the reach
-of chance: the accuracy shuffled labels reach at the confidence level), and mark the steps where
+The MI panels shade the bootstrap intervals of `trl_ragen2.collapse.mi_uncertainty` (and, beside the chance line, the
+reach of chance: the accuracy shuffled labels reach at the confidence level), and mark the steps where
 `trl_ragen2.CollapseAlarm` fired.
 
 The default MI axis is MI-Est of the trajectory scope. Figure 1 of RAGEN-2 places reasoning on the plane of the
@@ -64,7 +64,8 @@ DEFAULT_ENTROPY = "cond_entropy"
 CURVES_FILE = "training_curves.png"
 REGIMES_FILE = "regimes_{scope}.png"
 
-# quadrant tints, in the order of trl_ragen2.collapse.mi.REGIMES (diverse, template collapse, compressed, low-entropy collapse)
+# quadrant tints, in the order of trl_ragen2.collapse.mi.REGIMES (diverse, template collapse, compressed, low-entropy
+# collapse)
 REGIME_COLORS = ("#2ca02c", "#d62728", "#1f77b4", "#7f7f7f")
 
 
@@ -83,8 +84,8 @@ def regime_thresholds(
 ) -> tuple[float, float]:
     """`(mi_threshold, entropy_threshold)` for the regime plane; defaults exist only in MI-Est / H(Z|X) units.
 
-    The defaults are those of [`trl_ragen2.collapse.mi.reasoning_regime`] (nats per token). Any other proxy or entropy key
-    needs its threshold passed explicitly, in its own units.
+    The defaults are those of [`trl_ragen2.collapse.mi.reasoning_regime`] (nats per token). Any other proxy or entropy
+    key needs its threshold passed explicitly, in its own units.
     """
     from ..collapse.mi import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_MI_THRESHOLD
 
@@ -378,12 +379,11 @@ def plot_run_report(
 def plot_run(output_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, **kwargs) -> list[Path]:
     """Write every figure the run's logs allow as PNG files and return their paths.
 
-    Reads `output_dir` with [`~trl_ragen2.runs.logs.load_run_logs`] (final `trainer_state.json`, the newest checkpoint's, or a
-    live `metrics.jsonl`) and writes `training_curves.png`, `regimes_<scope>.png` per MI scope and, when the run
-    logged the gradient report, `gradient_snr.png` into `out_dir`
-    (default `<output_dir>/plots`). Figures or panels without data are skipped and listed in one warning; keyword
-    arguments (`scopes`, `proxy`, `entropy`, `mi_threshold`, `entropy_threshold`, `dpi`) go to
-    [`plot_run_report`].
+    Reads `output_dir` with [`~trl_ragen2.runs.logs.load_run_logs`] (final `trainer_state.json`, the newest
+    checkpoint's, or a live `metrics.jsonl`) and writes `training_curves.png`, `regimes_<scope>.png` per MI scope and,
+    when the run logged the gradient report, `gradient_snr.png` into `out_dir` (default `<output_dir>/plots`). Figures
+    or panels without data are skipped and listed in one warning; keyword arguments (`scopes`, `proxy`, `entropy`,
+    `mi_threshold`, `entropy_threshold`, `dpi`) go to [`plot_run_report`].
 
     Raises:
         RunLogsNotFoundError: `output_dir` does not exist or holds no logs.
