@@ -56,7 +56,7 @@ def main(argv=None):
 
     from transformers import AutoModelForCausalLM
 
-    from trl_ragen2.cpu_models import smollm2_path
+    from trl_ragen2.models.smollm2 import smollm2_path
 
     model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32)
     input_ids = torch.randint(

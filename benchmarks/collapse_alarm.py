@@ -44,9 +44,9 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
 
-from trl_ragen2.collapse_detector import CollapseDetector  # noqa: E402
-from trl_ragen2.mi import MIZScoreEMA, mi_metrics  # noqa: E402
-from trl_ragen2.mi_uncertainty import mi_uncertainty  # noqa: E402
+from trl_ragen2.collapse.detector import CollapseDetector  # noqa: E402
+from trl_ragen2.collapse.mi import MIZScoreEMA, mi_metrics  # noqa: E402
+from trl_ragen2.collapse.mi_uncertainty import mi_uncertainty  # noqa: E402
 
 
 SCOPE = "first_turn"

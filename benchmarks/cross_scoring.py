@@ -47,7 +47,7 @@ SHAPES = {
 
 
 def build_model(tokenizer, seed=0):
-    from trl_ragen2.tiny import make_tiny_model
+    from trl_ragen2.models.tiny import make_tiny_model
 
     return make_tiny_model(
         tokenizer, seed=seed, vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=4 * HIDDEN,
@@ -76,8 +76,8 @@ def measure(method: str, shape_name: str, out_path: str) -> None:
     """Child process: score with one method, write {time_s, peak_mb} and the score matrix."""
     import psutil
 
-    from trl_ragen2.scoring import TransformersCrossScorer, naive_cross_scores
-    from trl_ragen2.tiny import make_tiny_tokenizer
+    from trl_ragen2.collapse.scoring import TransformersCrossScorer, naive_cross_scores
+    from trl_ragen2.models.tiny import make_tiny_tokenizer
 
     model = build_model(make_tiny_tokenizer())
     prompts, chains = build_pairs(SHAPES[shape_name])
@@ -126,8 +126,8 @@ def step_overhead(shape: dict) -> dict:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_ragen2.diagnostics import MIDiagnosticsCallback, MIDiagnosticsConfig
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_tokenizer
+    from trl_ragen2.collapse.diagnostics import MIDiagnosticsCallback, MIDiagnosticsConfig
+    from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_tokenizer
 
     tokenizer = make_tiny_tokenizer()
     g = torch.Generator().manual_seed(1)

@@ -1,11 +1,11 @@
 """What the diagnostics beyond the paper cost, as ratios to a baseline measured in the same run.
 
-1. **Uncertainty** (`trl_ragen2.mi_uncertainty`, 1000 shuffles + 1000 resamples) against the cross-scoring that
-   made the matrix: the first-turn matrix (64 chains x 8 prompts) and the trajectory one (64 x 64), scored by
-   `TransformersCrossScorer` on the model of `benchmarks/cross_scoring.py` (32k vocabulary, 4 layers, prompts of
-   ~200 tokens, chains of ~100 tokens).
-2. **Text metrics** (`trl_ragen2.text_metrics`) on a batch of 128 chains (8 prompts x 16) of 100 and of 400 tokens,
-   against the same scoring time.
+1. **Uncertainty** (`trl_ragen2.collapse.mi_uncertainty`, 1000 shuffles + 1000 resamples) against the cross-scoring
+   that made the matrix: the first-turn matrix (64 chains x 8 prompts) and the trajectory one (64 x 64), scored by
+   `TransformersCrossScorer` on the model of `benchmarks/cross_scoring.py` (32k vocabulary, 4 layers, prompts of ~200
+   tokens, chains of ~100 tokens).
+2. **Text metrics** (`trl_ragen2.collapse.text_metrics`) on a batch of 128 chains (8 prompts x 16) of 100 and of 400
+   tokens, against the same scoring time.
 3. **Gradient report** (`grad_report_every_n_steps=1`, 6 buckets) against the loss passes of the same step:
    `SNRFilteredGRPOTrainer` without the filter (every row is trained on) on that model, 8 prompts x 8 rollouts of up
    to 64 tokens, 3 steps; the report's logged `ragen2/grad/time_s` over the time of the step's loss passes
@@ -43,7 +43,7 @@ def timed(fn, repeat=3):
 
 
 def matrices(model, tokenizer):
-    from trl_ragen2.scoring import TransformersCrossScorer
+    from trl_ragen2.collapse.scoring import TransformersCrossScorer
 
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
@@ -63,7 +63,7 @@ def grad_report_ratio(tokenizer, steps=3):
     from datasets import Dataset
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+    from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS
 
     def reward(completion_ids, **kwargs):
         return [float(sum(ids) % 7) for ids in completion_ids]  # varies within every group
@@ -113,9 +113,9 @@ def main():
     part = parser.parse_args().part
     from cross_scoring import build_model
 
-    from trl_ragen2.mi_uncertainty import mi_uncertainty
-    from trl_ragen2.text_metrics import text_template_metrics
-    from trl_ragen2.tiny import make_tiny_tokenizer
+    from trl_ragen2.collapse.mi_uncertainty import mi_uncertainty
+    from trl_ragen2.collapse.text_metrics import text_template_metrics
+    from trl_ragen2.models.tiny import make_tiny_tokenizer
 
     torch.manual_seed(0)
     tokenizer = make_tiny_tokenizer()

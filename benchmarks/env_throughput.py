@@ -208,8 +208,8 @@ def bench_rollout_overhead(args, baseline_ns: float) -> list[Row]:
 
     The backend returns a fixed, pre-tokenised reply (two Sokoban moves), so generation costs nothing here.
     """
-    from trl_ragen2.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
-    from trl_ragen2.tiny import make_tiny_tokenizer
+    from trl_ragen2.agents.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
+    from trl_ragen2.models.tiny import make_tiny_tokenizer
 
     tokenizer = make_tiny_tokenizer()
     reply = tokenizer.encode("Push the box. </think><answer>Up || Left</answer>") + [tokenizer.eos_token_id]

@@ -38,7 +38,7 @@ def run_variant(args) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-    from trl_ragen2.tiny import make_tiny_model, make_tiny_tokenizer
+    from trl_ragen2.models.tiny import make_tiny_model, make_tiny_tokenizer
 
     torch.set_num_threads(args.threads)
     tokenizer = make_tiny_tokenizer()

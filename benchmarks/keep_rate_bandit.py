@@ -38,9 +38,9 @@ import time
 
 import torch
 
-from trl_ragen2.filtering import group_reward_scores, std_over_mean
-from trl_ragen2.keep_rate import KeepRateControl, select_under
-from trl_ragen2.mi_uncertainty import student_t_quantile
+from trl_ragen2.collapse.mi_uncertainty import student_t_quantile
+from trl_ragen2.filtering.keep_rate import KeepRateControl, select_under
+from trl_ragen2.filtering.selection import group_reward_scores, std_over_mean
 
 
 TASKS = ("bimodal", "uniform", "graded")

@@ -183,7 +183,7 @@ def main(argv=None):
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ragen2.cpu_models import smollm2_path
+    from trl_ragen2.models.smollm2 import smollm2_path
 
     began = time.perf_counter()
     config = rollout_config(args)

@@ -125,7 +125,7 @@ DEMOS = {"comparison": comparison_reply, "position": position_reply}
 
 
 def specs(split: str, count: int):
-    from trl_ragen2.rollout import EpisodeSpec
+    from trl_ragen2.agents.rollout import EpisodeSpec
     from trl_ragen2_envs.datasets import build_rows
 
     return [EpisodeSpec.from_row(row) for row in build_rows(ENV, split, count)]
@@ -134,8 +134,8 @@ def specs(split: str, count: int):
 def play(model, tokenizer, episode_specs, rollout_config, *, temperature=0.5, policy=None, generate=None):
     """Play the episodes (a generation backend, else the model through transformers, or a scripted policy);
     returns the finished episodes."""
-    from trl_ragen2.generation import ModelGeneration, ScriptedPolicy
-    from trl_ragen2.rollout import RolloutEngine
+    from trl_ragen2.agents.generation import ModelGeneration, ScriptedPolicy
+    from trl_ragen2.agents.rollout import RolloutEngine
 
     engine = RolloutEngine(tokenizer, rollout_config)
     if policy is not None:
@@ -161,8 +161,8 @@ def evaluation_engine(model_path: str, seed: int):
 def engine_backend(llm, model, seed: int):
     """Sampling through `llm` with `model`'s current weights loaded into it, at RAGEN's validation temperature 0.5
     (as `ModelGeneration` in `play`)."""
-    from trl_ragen2.generation import EngineGeneration
-    from trl_ragen2.vllm_cpu import load_policy_weights
+    from trl_ragen2.agents.generation import EngineGeneration
+    from trl_ragen2.models.vllm_cpu import load_policy_weights
 
     load_policy_weights(llm, model.named_parameters())
     return EngineGeneration(llm, temperature=0.5, seed=seed)
@@ -261,9 +261,9 @@ def grpo(
     from datasets import Dataset
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-    from trl_ragen2.agent_rollout import RagenRollout, env_return
-    from trl_ragen2.generation import TrainerGeneration
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+    from trl_ragen2.agents.generation import TrainerGeneration
+    from trl_ragen2.agents.rollout_func import RagenRollout, env_return
+    from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS
     from trl_ragen2_envs.datasets import build_rows
 
     fields = dict(
@@ -296,7 +296,7 @@ def grpo(
 
 
 def rollout_config(args):
-    from trl_ragen2.rollout import RolloutConfig
+    from trl_ragen2.agents.rollout import RolloutConfig
 
     return RolloutConfig(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn, eval_temperature=0.5)
 
@@ -439,7 +439,7 @@ def resolve_generation(args) -> None:
     if args.generation == "auto":
         args.generation = "vllm" if vllm_installed() else "hf"
     elif args.generation == "vllm" and not vllm_installed():
-        from trl_ragen2.vllm_cpu import INSTALL_HINT
+        from trl_ragen2.models.vllm_cpu import INSTALL_HINT
 
         raise SystemExit(f"--generation vllm: vLLM is not installed; {INSTALL_HINT}, or pass --generation hf")
 
@@ -466,7 +466,7 @@ def stage_warm(args, results: dict, warm_dir: str) -> None:
     """Base and warm-start evaluations; the warm-started model saved to `warm_dir`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ragen2.cpu_models import smollm2_path
+    from trl_ragen2.models.smollm2 import smollm2_path
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32).eval()

@@ -34,7 +34,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
 
-from trl_ragen2.run_logs import MI_SCOPES  # noqa: E402
+from trl_ragen2.runs.keys import MI_SCOPES  # noqa: E402
 
 
 def timed(fn):
@@ -46,11 +46,11 @@ def timed(fn):
 def train_two_steps(args, output_dir):
     """Two real GRPO steps; returns (trainer, the diagnostics step's (rows, batch), per-step logs)."""
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-    from trl_ragen2.agent_rollout import RagenRollout, env_return
-    from trl_ragen2.cpu_models import smollm2_path
+    from trl_ragen2.agents.rollout import RolloutConfig
+    from trl_ragen2.agents.rollout_func import RagenRollout, env_return
+    from trl_ragen2.models.smollm2 import smollm2_path
+    from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS
     from trl_ragen2.recipe_utils import build_datasets
-    from trl_ragen2.rollout import RolloutConfig
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
 
     rollouts = args.prompts * args.generations
     config = SNRFilteredGRPOConfig(
@@ -107,8 +107,8 @@ def step_cpu_callback():
 
 def diagnostics_pass(model, tokenizer, rows, batch, **config):
     """One full diagnostics computation on a stored batch; returns (metrics, wall s, CPU s, real tokens fed)."""
-    from trl_ragen2.diagnostics import MIDiagnostics, MIDiagnosticsConfig
-    from trl_ragen2.scoring import TransformersCrossScorer
+    from trl_ragen2.collapse.diagnostics import MIDiagnostics, MIDiagnosticsConfig
+    from trl_ragen2.collapse.scoring import TransformersCrossScorer
 
     scorer_options = {key: config.pop(key) for key in ("reuse_prefix", "pack_tokens") if key in config}
     scorer = TransformersCrossScorer(model, **scorer_options)

@@ -1,5 +1,6 @@
-"""Calibration of `trl_ragen2.mi_uncertainty`: the permutation test's rejection rate when reasoning ignores the
-input, and the coverage of the bootstrap intervals (widened and plain) on a generator with a known population value.
+"""Calibration of `trl_ragen2.collapse.mi_uncertainty`: the permutation test's rejection rate when reasoning ignores
+the input, and the coverage of the bootstrap intervals (widened and plain) on a generator with a known population
+value.
 
 The generator is the one of `tests/test_mi_uncertainty.py` (`noisy_matrix`): per-token log-probabilities `base +
 noise`, plus a signal on the chain's own prompt, times the chain's length; the population value of each proxy is
@@ -17,8 +18,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from tests.test_mi_uncertainty import noisy_matrix  # noqa: E402
-from trl_ragen2.mi import mi_metrics  # noqa: E402
-from trl_ragen2.mi_uncertainty import (  # noqa: E402
+from trl_ragen2.collapse.mi import mi_metrics  # noqa: E402
+from trl_ragen2.collapse.mi_uncertainty import (  # noqa: E402
     bootstrap_intervals,
     chain_terms,
     mi_uncertainty,

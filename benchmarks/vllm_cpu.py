@@ -71,9 +71,9 @@ def train_steps(path, *, use_vllm, prompts, generations, turns, tokens, steps):
     from datasets import Dataset
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-    from trl_ragen2.agent_rollout import RagenRollout, env_return
-    from trl_ragen2.rollout import RolloutConfig
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+    from trl_ragen2.agents.rollout import RolloutConfig
+    from trl_ragen2.agents.rollout_func import RagenRollout, env_return
+    from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS
     from trl_ragen2_envs.datasets import build_rows
 
     rollout = TimedRollout(RagenRollout(RolloutConfig(max_turns=turns, max_tokens_per_turn=tokens)))
@@ -112,8 +112,8 @@ def main():
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from vllm import LLM, SamplingParams
 
-    from trl_ragen2.cpu_models import smollm2_path
-    from trl_ragen2.scoring import TransformersCrossScorer, VLLMCrossScorer
+    from trl_ragen2.collapse.scoring import TransformersCrossScorer, VLLMCrossScorer
+    from trl_ragen2.models.smollm2 import smollm2_path
 
     spinner = multiprocessing.Process(target=spin, daemon=True) if args.busy else None
     if spinner:

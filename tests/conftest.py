@@ -23,7 +23,7 @@ if SHARED_WEBSHOP.is_dir():
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
-    from trl_ragen2.tiny import make_tiny_tokenizer
+    from trl_ragen2.models.tiny import make_tiny_tokenizer
 
     return make_tiny_tokenizer()
 
@@ -31,6 +31,6 @@ def tiny_tokenizer():
 @pytest.fixture
 def tiny_model(tiny_tokenizer):
     """A fresh tiny Qwen2 model per test (seed 0), so tests never share trained weights."""
-    from trl_ragen2.tiny import make_tiny_model
+    from trl_ragen2.models.tiny import make_tiny_model
 
     return make_tiny_model(tiny_tokenizer, seed=0)

@@ -55,7 +55,7 @@ def record_kept_rows(trainer) -> dict[int, list[dict[str, torch.Tensor]]]:
     original = trainer._compute_loss
 
     def compute_loss(model, inputs):
-        step = trainer._micro_step
+        step = trainer.micro_step
         if step is not None and step.real_rows:
             kept = slice(0, step.real_rows)
             rows_by_step[trainer.state.global_step].append(

@@ -1,9 +1,9 @@
 """SNRFilteredPPOTrainer on the tiny offline model for trainer tests: its config, a scripted trainer, and a record of
 the rows each critic update trains on."""
 
-from trl_ragen2.ppo_config import SNRFilteredPPOConfig
-from trl_ragen2.ppo_trainer import SNRFilteredPPOTrainer
-from trl_ragen2.tiny import make_tiny_model
+from trl_ragen2.models.tiny import make_tiny_model
+from trl_ragen2.ppo.ppo_config import SNRFilteredPPOConfig
+from trl_ragen2.ppo.ppo_trainer import SNRFilteredPPOTrainer
 
 from .scripted import AMPLITUDES, dataset, parity_reward_for, script_generation, tiny_trainer_args
 

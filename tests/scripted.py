@@ -14,7 +14,7 @@ from datasets import Dataset
 from trl import GRPOConfig
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model
+from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_model
 
 
 # amplitude a gives the group rewards [0, a, 0, a]: variances 0, 1/3, 100/3, 0 -> rho = 0.9 keeps only "P2:"

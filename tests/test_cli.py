@@ -7,7 +7,8 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from trl_ragen2 import cli, plots
+from trl_ragen2 import cli
+from trl_ragen2.plots import figures
 
 from .run_histories import REGIME_POINTS, make_history, write_state
 
@@ -62,8 +63,8 @@ def test_plot_default_out_is_inside_the_run(run, capsys):
 
 
 def test_proxy_choices_match_the_plotting_module():
-    assert cli.PROXY_CHOICES == tuple(plots.PROXIES)
-    assert cli.ENTROPY_CHOICES == tuple(plots.ENTROPIES)
+    assert cli.PROXY_CHOICES == tuple(figures.PROXIES)
+    assert cli.ENTROPY_CHOICES == tuple(figures.ENTROPIES)
 
 
 def test_summary_table_shows_last_and_best_values(run, capsys):

@@ -8,8 +8,8 @@ import types
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from trl_ragen2.collapse_alarm import CollapseAlarm, send_alerts
-from trl_ragen2.collapse_detector import CollapseDetector, first_alarm
+from trl_ragen2.collapse.alarm import CollapseAlarm, send_alerts
+from trl_ragen2.collapse.detector import CollapseDetector, first_alarm
 
 
 PREFIX = "ragen2/mi/trajectory/"
@@ -190,8 +190,8 @@ def test_alarm_in_a_real_training_loop_stops_saves_and_signs_the_model_card(tmp_
     import json
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-    from trl_ragen2.tiny import make_tiny_model
-    from trl_ragen2.tracking import MetricsJSONLCallback
+    from trl_ragen2.models.tiny import make_tiny_model
+    from trl_ragen2.runs.tracking import MetricsJSONLCallback
 
     from .scripted import AMPLITUDES, dataset, parity_reward_for, script_generation, tiny_trainer_args
 

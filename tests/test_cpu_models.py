@@ -11,12 +11,12 @@ import os
 import pytest
 import torch
 
-from trl_ragen2 import cpu_models
-from trl_ragen2.cpu_models import (
+from trl_ragen2.models import smollm2
+from trl_ragen2.models.loader import load_model_and_tokenizer, resolve_local_model
+from trl_ragen2.models.smollm2 import (
     SMOLLM2_CACHE_NAME,
     CPUModelUnavailableError,
     is_smollm2_name,
-    resolve_local_model,
     smollm2_gguf_file,
     smollm2_path,
 )
@@ -103,11 +103,11 @@ def test_cached_checkpoint_matches_the_gguf_model(smollm2_folder):
 @needs_extra
 def test_name_resolves_to_the_cache_and_is_reused(smollm2_folder, monkeypatch):
     from trl_ragen2.recipe_utils import resolve_model_name
-    from trl_ragen2.tiny import default_cache_dir, load_model_and_tokenizer
+    from trl_ragen2_envs.cache import cache_root
 
-    assert smollm2_folder == str(default_cache_dir() / SMOLLM2_CACHE_NAME)
+    assert smollm2_folder == str(cache_root() / SMOLLM2_CACHE_NAME)
     assert resolve_model_name("smollm2-135m") == smollm2_folder
-    monkeypatch.setattr(cpu_models, "build_smollm2", lambda *a, **k: pytest.fail("a complete cache is rebuilt"))
+    monkeypatch.setattr(smollm2, "build_smollm2", lambda *a, **k: pytest.fail("a complete cache is rebuilt"))
     model, tokenizer = load_model_and_tokenizer("SmolLM2-135M")
     assert model.config.model_type == "llama" and tokenizer.eos_token == "<|im_end|>"
 

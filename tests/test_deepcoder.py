@@ -170,9 +170,9 @@ def test_fuzzed_answers_never_raise(answers):
 def test_rollout_episodes_report_the_isolation_level(tiny_tokenizer, use_bubblewrap):
     """Every episode's statistics carry the level of the isolation its programs ran under (logged each step as
     `ragen2/env/deepcoder/isolation_level`), in the best mode this machine offers and in a fallback."""
-    from trl_ragen2.agent_rollout import aggregate_env_metrics
-    from trl_ragen2.generation import ScriptedPolicy
-    from trl_ragen2.rollout import ROLLOUT_STAT_KEYS, EpisodeSpec, RolloutConfig, RolloutEngine
+    from trl_ragen2.agents.generation import ScriptedPolicy
+    from trl_ragen2.agents.rollout import ROLLOUT_STAT_KEYS, EpisodeSpec, RolloutConfig, RolloutEngine
+    from trl_ragen2.agents.rollout_func import aggregate_env_metrics
 
     config = {"num_tests": 2, "timeout_s": 2.0, "use_bubblewrap": use_bubblewrap, "allow_weak_isolation": True}
     expected = make_env("deepcoder", **config).isolation_level  # the probe alone, in an env of its own

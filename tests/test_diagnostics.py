@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from trl_ragen2.diagnostics import STATE_FILE, MIDiagnostics, MIDiagnosticsCallback, MIDiagnosticsConfig
-from trl_ragen2.scoring import TransformersCrossScorer
+from trl_ragen2.collapse.diagnostics import STATE_FILE, MIDiagnostics, MIDiagnosticsCallback, MIDiagnosticsConfig
+from trl_ragen2.collapse.scoring import TransformersCrossScorer
 
 
 class RecordingScorer:
@@ -187,7 +187,7 @@ def test_config_errors_name_field_and_value(field, value):
 
 def test_trainer_config_names_the_mi_field_of_a_bad_uncertainty_setting(tmp_path):
     from trl_ragen2 import SNRFilteredGRPOConfig
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS
+    from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS
 
     with pytest.raises(ValueError, match=r"mi_num_bootstrap=-1 is invalid; use 0 \(off\)"):
         SNRFilteredGRPOConfig(output_dir=str(tmp_path), mi_num_bootstrap=-1, **CPU_TRAINING_KWARGS)
@@ -230,7 +230,7 @@ def test_every_scope_logs_its_p_value_and_intervals_identically_on_a_rerun(tiny_
 
 
 def test_text_metrics_cover_every_turn_of_the_batch(tiny_model, tiny_tokenizer):
-    from trl_ragen2.text_metrics import text_template_metrics
+    from trl_ragen2.collapse.text_metrics import text_template_metrics
 
     batch, _, _ = build_batch(tiny_tokenizer, ROLLOUTS)
     metrics = MIDiagnostics(MIDiagnosticsConfig(scopes=("first_turn",))).compute(
@@ -291,7 +291,7 @@ def grpo_trainer(tokenizer, output_dir, max_steps, seed=0):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model
+    from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_model
 
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Count to {i}"}] for i in range(64)]})
 

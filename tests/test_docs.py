@@ -1,10 +1,10 @@
 """The documentation in docs/ matches the code: links resolve, and every logged metric, config field and environment
 (with its keywords, tools and the examples shown) is documented.
 
-Metric keys are collected twice: statically, from every `"ragen2/..."` string and f-string template in the library's
-source and from the pure functions that name the templated parts (fast); and dynamically, from the `log_history` of
-one real PPO step on the tiny model with the RAGEN rollout, the MI diagnostics, KL-in-reward and an evaluation, which
-exercises every writer (GRPO's keys are a subset: the PPO trainer is its subclass).
+Metric keys are collected twice: statically, from `trl_ragen2.runs.keys` (the one module that spells them: its keys
+and key templates) and from the pure functions that name the templated parts (fast); and dynamically, from the
+`log_history` of one real PPO step on the tiny model with the RAGEN rollout, the MI diagnostics, KL-in-reward and an
+evaluation, which exercises every writer (GRPO's keys are a subset: the PPO trainer is its subclass).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from trl_ragen2.run_logs import MI_SCOPES
+from trl_ragen2.runs import keys as metric_keys
+from trl_ragen2.runs.keys import MI_SCOPES
 
 from .webshop_data import DATA_DIR, HAS_1K_CATALOGUE
 
@@ -35,7 +36,6 @@ LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 BACKTICKED = re.compile(r"`([^`\n]+)`")
 PLACEHOLDER = re.compile(r"\{[^{}]*\}|<[^<>/]*>")
-KEY_LITERAL = re.compile(r"""f?(["'])((?:eval_)?ragen2/[^"'\n]*)\1""")
 
 
 def markdown_files() -> list[Path]:
@@ -146,17 +146,44 @@ def normalize(key: str) -> str:
 
 
 def source_templates() -> dict[str, set[str]]:
-    """Every `"ragen2/..."` string (f-string fields and `<...>` become placeholders) in the modules that write the
-    trainer's metrics (those touching `_metrics[`), by file. Readers (plots, summaries) only consume these keys."""
+    """Every key of `trl_ragen2.runs.keys`, by the name that makes it: its key constants, and each key function
+    called with `<...>` placeholders (a template). Namespace prefixes (`ragen2/mi/`) are not keys."""
     templates: dict[str, set[str]] = {}
-    for path in sorted((ROOT / "trl_ragen2").rglob("*.py")):
-        source = path.read_text(encoding="utf-8")
-        if "_metrics[" not in source:
-            continue
-        for _, key in KEY_LITERAL.findall(source):
-            if key.count("/") >= 2:  # "ragen2/env" alone is a prefix, not a key
-                templates.setdefault(normalize(key), set()).add(path.name)
+    for name, value in vars(metric_keys).items():
+        if name.isupper() and isinstance(value, str) and value.startswith("ragen2/") and not value.endswith("/"):
+            templates.setdefault(normalize(value), set()).add(name)
+        elif inspect.isfunction(value) and value.__module__ == metric_keys.__name__:
+            key = value(*(f"<{parameter}>" for parameter in inspect.signature(value).parameters))
+            if key.startswith("ragen2/"):  # not `evaluation`, which prefixes any key
+                templates.setdefault(key, set()).add(name)
     return templates
+
+
+def test_only_the_keys_module_spells_a_metric_key():
+    """No module of trl_ragen2 but `runs/keys.py` holds a `ragen2/` string (docstrings aside): every key the code
+    logs or reads is built there, so the checks below see them all."""
+    spelled = []
+    for path in sorted((ROOT / "trl_ragen2").rglob("*.py")):
+        if path == ROOT / "trl_ragen2" / "runs" / "keys.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        spelled += [
+            f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and "ragen2/" in node.value
+            and id(node) not in docstrings
+        ]
+    assert spelled == [], "build these keys with trl_ragen2.runs.keys"
 
 
 def template_regex(template: str) -> re.Pattern:
@@ -168,24 +195,27 @@ def expected_keys() -> set[str]:
     """The keys the pure functions name, expanded with the placeholders of metrics.md (train keys only)."""
     import torch
 
-    from trl_ragen2.agent_rollout import aggregate_env_metrics
-    from trl_ragen2.collapse_detector import ALARM_KEYS, ALARM_PREFIX
-    from trl_ragen2.diagnostics import MIDiagnostics
-    from trl_ragen2.filtering import filter_stats
-    from trl_ragen2.grad_report import BUCKET_KEYS
-    from trl_ragen2.rollout import Episode, EpisodeSpec
-    from trl_ragen2.text_metrics import TEXT_KEYS
+    from trl_ragen2.agents.rollout import Episode, EpisodeSpec
+    from trl_ragen2.agents.rollout_func import aggregate_env_metrics
+    from trl_ragen2.collapse.detector import ALARM_KEYS
+    from trl_ragen2.collapse.diagnostics import MIDiagnostics
+    from trl_ragen2.collapse.grad_report import BUCKET_KEYS
+    from trl_ragen2.collapse.text_metrics import TEXT_KEYS
+    from trl_ragen2.filtering.selection import filter_stats
     from trl_ragen2_envs import ENVIRONMENTS, get_env_class
 
-    keys = {f"ragen2/filter/{key}" for key in filter_stats(torch.tensor([0.0, 1.0]), 2, torch.ones(1, dtype=bool))}
-    keys |= {f"ragen2/mi/<scope>/{key}" for key in MIDiagnostics().metric_keys}
+    stats = filter_stats(torch.tensor([0.0, 1.0]), 2, torch.ones(1, dtype=bool))
+    keys = {metric_keys.filter_key(key) for key in stats}
+    keys |= {metric_keys.mi_key("<scope>", key) for key in MIDiagnostics().metric_keys}
     episode = Episode(EpisodeSpec("sokoban", 0), None, [], [], 1, 1)
-    keys |= {f"ragen2/env/{key}" for key in aggregate_env_metrics([("<env>", episode.stats())])}
-    keys |= {f"ragen2/env/{name}/{key}" for name in ENVIRONMENTS for key in get_env_class(name).episode_metric_keys}
+    keys |= {metric_keys.ENV + key for key in aggregate_env_metrics([("<env>", episode.stats())])}
+    keys |= {
+        metric_keys.env_key(name, key) for name in ENVIRONMENTS for key in get_env_class(name).episode_metric_keys
+    }
     keys |= {key for key in source_templates() if not PLACEHOLDER.search(key)}
-    keys |= {f"ragen2/text/{key}" for key in TEXT_KEYS}
-    keys |= {ALARM_PREFIX + key for key in ALARM_KEYS}
-    keys |= {f"ragen2/grad/bucket_<i>/{key}" for key in BUCKET_KEYS} | {"ragen2/grad/time_s"}
+    keys |= {metric_keys.text_key(key) for key in TEXT_KEYS}
+    keys |= {metric_keys.alarm_key(key) for key in ALARM_KEYS}
+    keys |= {metric_keys.grad_bucket_key("<i>", key) for key in BUCKET_KEYS}
     return keys
 
 
@@ -223,11 +253,11 @@ def test_training_and_evaluation_step_logs_only_documented_keys(tmp_path, tiny_t
     then an evaluation: every `ragen2/` key in the logs is documented."""
     from datasets import Dataset
 
-    from trl_ragen2.agent_rollout import RagenRollout, env_return
-    from trl_ragen2.ppo_config import SNRFilteredPPOConfig
-    from trl_ragen2.ppo_trainer import SNRFilteredPPOTrainer
-    from trl_ragen2.rollout import RolloutConfig
-    from trl_ragen2.tiny import tiny_model_path
+    from trl_ragen2.agents.rollout import RolloutConfig
+    from trl_ragen2.agents.rollout_func import RagenRollout, env_return
+    from trl_ragen2.models.tiny import tiny_model_path
+    from trl_ragen2.ppo.ppo_config import SNRFilteredPPOConfig
+    from trl_ragen2.ppo.ppo_trainer import SNRFilteredPPOTrainer
     from trl_ragen2_envs.datasets import build_rows
 
     args = SNRFilteredPPOConfig(
@@ -294,10 +324,10 @@ def own_fields(cls) -> list[dataclasses.Field]:
 
 
 def config_groups():
-    from trl_ragen2.grpo_config import GradientReportArguments, MIDiagnosticsArguments, SNRFilterArguments
-    from trl_ragen2.ppo_config import SNRFilteredPPOConfig
+    from trl_ragen2.agents.rollout import RolloutConfig
+    from trl_ragen2.grpo.grpo_config import GradientReportArguments, MIDiagnosticsArguments, SNRFilterArguments
+    from trl_ragen2.ppo.ppo_config import SNRFilteredPPOConfig
     from trl_ragen2.recipe_utils import AgentScriptArguments
-    from trl_ragen2.rollout import RolloutConfig
 
     return [
         ("", SNRFilterArguments, dataclasses.fields(SNRFilterArguments)),
@@ -310,7 +340,7 @@ def config_groups():
 
 
 def test_ragen2_config_fields_are_in_the_configuration_reference():
-    from trl_ragen2.grpo_config import SNRFilteredGRPOConfig
+    from trl_ragen2.grpo.grpo_config import SNRFilteredGRPOConfig
 
     ragen2_fields = [
         f.name for f in dataclasses.fields(SNRFilteredGRPOConfig) if f.name.startswith(("reward_variance_", "mi_"))

@@ -11,7 +11,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-from trl_ragen2.tiny import make_tiny_model, tiny_model_path
+from trl_ragen2.models.tiny import make_tiny_model, tiny_model_path
 
 from .exactness import (
     assert_same_gradient,

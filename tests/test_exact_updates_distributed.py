@@ -5,7 +5,7 @@ import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_ragen2.tiny import make_tiny_model
+from trl_ragen2.models.tiny import make_tiny_model
 
 from .exactness import assert_same_gradient, concat_micro_batches, reference_gradient
 from .scripted import dataset, parity_reward_for, tiny_trainer_args

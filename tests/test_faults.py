@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trl_ragen2.checkpoints import (
+from trl_ragen2.runs.checkpoints import (
     COMPLETE_FILE,
     LOCK_FILE,
     CheckpointError,
@@ -24,7 +24,7 @@ from trl_ragen2.checkpoints import (
     checkpoint_problems,
     latest_complete_checkpoint,
 )
-from trl_ragen2.run_logs import read_log_file
+from trl_ragen2.runs.logs import read_log_file
 
 from .fault_driver import recipe_module
 
@@ -280,7 +280,7 @@ class _State:
 
 
 def test_a_metrics_file_on_a_full_disk_is_a_warning_not_a_crash(caplog):
-    from trl_ragen2.tracking import MetricsJSONLCallback
+    from trl_ragen2.runs.tracking import MetricsJSONLCallback
 
     callback = MetricsJSONLCallback("/dev/full")  # every write fails with ENOSPC, from the kernel
     callback.on_train_begin(None, _State(0), None)
@@ -290,7 +290,7 @@ def test_a_metrics_file_on_a_full_disk_is_a_warning_not_a_crash(caplog):
 
 
 def test_an_unfinished_last_line_is_cut_when_training_starts(tmp_path):
-    from trl_ragen2.tracking import MetricsJSONLCallback
+    from trl_ragen2.runs.tracking import MetricsJSONLCallback
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 2.0}\n{"step": 3, "lo')  # killed mid-write
@@ -312,7 +312,7 @@ def write_state(path: Path, steps, mtime: float | None = None) -> Path:
 
 
 def test_readers_use_every_intact_source_and_name_the_damaged_ones(tmp_path):
-    from trl_ragen2.run_logs import load_run_logs
+    from trl_ragen2.runs.logs import load_run_logs
 
     run = tmp_path / "run"
     write_state(run / "trainer_state.json", [1, 2, 3])

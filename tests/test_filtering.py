@@ -1,4 +1,4 @@
-"""Tests of the pure SNR-filtering functions (trl_ragen2.filtering) on hand-built and generated rewards."""
+"""Tests of the pure SNR-filtering functions (trl_ragen2.filtering.selection) on hand-built and generated rewards."""
 
 import itertools
 import math
@@ -9,7 +9,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from trl_ragen2.filtering import (
+from trl_ragen2.filtering.selection import (
     ZERO_SCORE_TOL,
     filter_stats,
     group_reward_scores,

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trl_ragen2.gae import (
+from trl_ragen2.ppo.gae import (
     clipped_value_loss,
     explained_variance,
     kl_reward_penalty,

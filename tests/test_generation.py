@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 from transformers import GenerationConfig
 
-from trl_ragen2.generation import TrainerGeneration, generation_overrides
+from trl_ragen2.agents.generation import TrainerGeneration, generation_overrides
 
 
 def fake_trainer(use_vllm):

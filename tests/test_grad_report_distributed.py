@@ -7,8 +7,8 @@ import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_ragen2.grad_snr import global_norm, reward_variance_buckets
-from trl_ragen2.tiny import make_tiny_model
+from trl_ragen2.collapse.grad_snr import global_norm, reward_variance_buckets
+from trl_ragen2.models.tiny import make_tiny_model
 
 from .exactness import concat_micro_batches, reference_gradient
 from .scripted import dataset, parity_reward_for, tiny_trainer_args

@@ -11,8 +11,8 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_ragen2 import MIDiagnosticsConfig, SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-from trl_ragen2.grpo_config import MI_CONFIG_FIELDS, MIDiagnosticsArguments
-from trl_ragen2.tiny import make_tiny_model, tiny_model_path
+from trl_ragen2.grpo.grpo_config import MI_CONFIG_FIELDS, MIDiagnosticsArguments
+from trl_ragen2.models.tiny import make_tiny_model, tiny_model_path
 
 from .scripted import (
     AMPLITUDES,
@@ -115,7 +115,7 @@ def test_empty_steps_change_no_parameter_and_stop_after_patience(tmp_path, tiny_
     )
     script_generation(trainer)
     before = snapshot(trainer.model)
-    with caplog.at_level(logging.WARNING, logger="trl_ragen2.grpo_trainer"):
+    with caplog.at_level(logging.WARNING, logger="trl_ragen2.grpo.grpo_trainer"):
         trainer.train()
     assert_same_params(before, snapshot(trainer.model))  # not even weight decay moved them
     assert trainer.state.global_step == 2, "training stops once patience is reached"

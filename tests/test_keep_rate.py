@@ -1,13 +1,12 @@
-"""Keep-rate control (trl_ragen2.keep_rate): schedule values, auto-switch transitions and the guard's kept sets,
-each worked out by hand on constructed reward sequences."""
+"""Keep-rate control (trl_ragen2.filtering.keep_rate): schedule values, auto-switch transitions and the guard's kept
+sets, each worked out by hand on constructed reward sequences."""
 
 import math
 
 import pytest
 import torch
 
-from trl_ragen2.filtering import group_reward_scores, std_over_mean
-from trl_ragen2.keep_rate import (
+from trl_ragen2.filtering.keep_rate import (
     AUTO_OFF_BELOW,
     AUTO_ON_ABOVE,
     FilterDecision,
@@ -18,6 +17,7 @@ from trl_ragen2.keep_rate import (
     scheduled_top_p,
     select_under,
 )
+from trl_ragen2.filtering.selection import group_reward_scores, std_over_mean
 
 
 G = 4

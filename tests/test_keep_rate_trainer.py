@@ -7,7 +7,7 @@ import pytest
 from trl import GRPOConfig, GRPOTrainer, TrlParser
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-from trl_ragen2.tiny import make_tiny_model
+from trl_ragen2.models.tiny import make_tiny_model
 
 from .exactness import assert_same_gradient, record_gradients
 from .ppo_helpers import ppo_trainer, record_critic_rows
@@ -117,7 +117,7 @@ def test_early_selection_before_the_reference_pass_makes_the_same_auto_decision(
     """With `rollout_field` rewards the selection is made twice per generation (before TRL's reference pass and
     after the rewards); the switch must move once. Smoothed (decay 0.5): 1.529 on, 0.765 on, 0.935 on, 0.468 off;
     moving it twice per step would turn it off at step 2 already (0.765, then 0.382)."""
-    from trl_ragen2.tiny import tiny_model_path
+    from trl_ragen2.models.tiny import tiny_model_path
 
     sequence = [[0, 1, 10, 0], [1, 1, 1, 1], [0, 0, 1, 2], [1, 1, 1, 1]]
 

@@ -90,7 +90,7 @@ def test_comparison_and_position_replies_state_the_compared_coordinates(benchmar
 
 
 def test_warm_start_step_equals_the_padded_batch_loss_and_its_adamw_step(benchmark, tiny_tokenizer):
-    from trl_ragen2.tiny import make_tiny_model
+    from trl_ragen2.models.tiny import make_tiny_model
 
     config = benchmark.rollout_config(SimpleNamespace(max_turns=3, max_tokens_per_turn=40))
     episodes = benchmark.play(None, tiny_tokenizer, benchmark.specs("train", 3), config,

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trl_ragen2.mi import (
+from trl_ragen2.collapse.mi import (
     COMPRESSED_REASONING,
     DIVERSE_REASONING,
     EMA_KEYS,

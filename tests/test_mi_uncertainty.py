@@ -1,12 +1,13 @@
-"""The permutation test and bootstrap intervals of `trl_ragen2.mi_uncertainty` on matrices with known answers."""
+"""The permutation test and bootstrap intervals of `trl_ragen2.collapse.mi_uncertainty` on matrices with known
+answers."""
 
 import math
 
 import pytest
 import torch
 
-from trl_ragen2.mi import mi_metrics
-from trl_ragen2.mi_uncertainty import (
+from trl_ragen2.collapse.mi import mi_metrics
+from trl_ragen2.collapse.mi_uncertainty import (
     chain_terms,
     cluster_ids,
     correct_columns,
@@ -178,7 +179,7 @@ def test_interval_coverage_on_a_generator_with_known_truth(prompts):
         for key in keys:
             covered[key] += out[f"{key}_ci_low"] <= truth[key] <= out[f"{key}_ci_high"]
         if prompts == 8:
-            from trl_ragen2.mi_uncertainty import bootstrap_intervals
+            from trl_ragen2.collapse.mi_uncertainty import bootstrap_intervals
 
             terms = chain_terms(logp, lengths, target)
             narrow = bootstrap_intervals(terms, target, num_resamples=500, seed=seed + 1, widen=False)

@@ -16,7 +16,7 @@ def test_proxies_separate_specific_reasoning_from_a_template():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ragen2.cpu_models import smollm2_path
+    from trl_ragen2.models.smollm2 import smollm2_path
 
     benchmark = load_benchmark("mi_validity")
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())

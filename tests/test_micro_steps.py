@@ -4,8 +4,8 @@ import pytest
 import torch
 from trl.trainer.utils import nanstd
 
-from trl_ragen2.advantages import batch_dependent, kept_row_advantages
-from trl_ragen2.micro_steps import (
+from trl_ragen2.filtering.advantages import batch_dependent, kept_row_advantages
+from trl_ragen2.filtering.micro_steps import (
     LOSS_TYPES,
     MicroStep,
     chunk_windows,

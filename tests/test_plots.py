@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from trl_ragen2.mi import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_MI_THRESHOLD, REGIMES, reasoning_regime
-from trl_ragen2.panels import PANELS, Panel, Series
-from trl_ragen2.plots import (
+from trl_ragen2.collapse.mi import DEFAULT_ENTROPY_THRESHOLD, DEFAULT_MI_THRESHOLD, REGIMES, reasoning_regime
+from trl_ragen2.plots.figures import (
     MissingMetricsError,
     classify_run,
     plot_regimes,
@@ -17,8 +16,9 @@ from trl_ragen2.plots import (
     plot_training_curves,
     regime_thresholds,
 )
-from trl_ragen2.run_logs import RunLogsNotFoundError, env_names, load_run_logs, metric_series, read_log_file
-from trl_ragen2.tracking import MetricsJSONLCallback
+from trl_ragen2.plots.panels import PANELS, Panel, Series
+from trl_ragen2.runs.logs import RunLogsNotFoundError, env_names, load_run_logs, metric_series, read_log_file
+from trl_ragen2.runs.tracking import MetricsJSONLCallback
 
 from .run_histories import MI, REGIME_POINTS, make_history, write_state
 
@@ -174,7 +174,7 @@ def test_regime_plot_without_mi_names_the_keys():
 
 def test_plot_run_writes_every_png_it_can(tmp_path, caplog):
     run = write_state(tmp_path / "run", make_history())
-    with caplog.at_level(logging.WARNING, logger="trl_ragen2.plots"):
+    with caplog.at_level(logging.WARNING, logger="trl_ragen2.plots.figures"):
         paths = plot_run(run)
     assert [p.name for p in paths] == ["training_curves.png", "regimes_trajectory.png"]
     for path in paths:
@@ -266,7 +266,7 @@ def test_two_step_snr_training_with_the_callback_plots_the_kept_fraction(tmp_pat
     from datasets import Dataset
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-    from trl_ragen2.tiny import make_tiny_model
+    from trl_ragen2.models.tiny import make_tiny_model
 
     from .scripted import parity_reward_for, script_generation
 
@@ -342,7 +342,7 @@ def test_mi_panels_shade_intervals_chance_reach_and_mark_the_alarm():
 
 
 def test_gradient_report_figure_draws_norms_per_bucket_and_step(tmp_path):
-    from trl_ragen2.grad_plots import gradient_reports, plot_gradient_report
+    from trl_ragen2.plots.gradients import gradient_reports, plot_gradient_report
 
     history = [{"step": 1, "loss": 0.1}]
     for step in (1, 51):

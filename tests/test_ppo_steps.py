@@ -5,11 +5,11 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from trl_ragen2.critic import completion_values
-from trl_ragen2.gae import clipped_value_loss
-from trl_ragen2.ppo_config import SNRFilteredPPOConfig
-from trl_ragen2.ppo_trainer import SNRFilteredPPOTrainer
-from trl_ragen2.tiny import make_tiny_model
+from trl_ragen2.models.tiny import make_tiny_model
+from trl_ragen2.ppo.critic import completion_values
+from trl_ragen2.ppo.gae import clipped_value_loss
+from trl_ragen2.ppo.ppo_config import SNRFilteredPPOConfig
+from trl_ragen2.ppo.ppo_trainer import SNRFilteredPPOTrainer
 
 from .exactness import ROW_KEYS, concat_micro_batches
 from .scripted import AMPLITUDES, dataset, parity_reward_for, script_generation, snapshot, tiny_trainer_args
@@ -59,7 +59,7 @@ def record_critic_batches(trainer):
     original = trainer._critic_training_step
 
     def critic_step(batch):
-        real = trainer._micro_step.real_rows
+        real = trainer.micro_step.real_rows
         keys = (*ROW_KEYS, "returns", "old_values", "rollout_scored")
         if real:
             parts.append({key: batch[key][:real].detach().clone() for key in keys if key in batch})
@@ -174,7 +174,7 @@ def test_completions_table_shows_the_gae_advantages_the_loss_used(tmp_path, tiny
 
     def compute_loss(model, inputs):
         mask = inputs["completion_mask"].float()
-        real = trainer._micro_step.real_rows
+        real = trainer.micro_step.real_rows
         used.extend((((inputs["advantages"] * mask).sum(1) / mask.sum(1).clamp(min=1.0))[:real]).tolist())
         return original(model, inputs)
 

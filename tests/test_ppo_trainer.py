@@ -10,9 +10,9 @@ from datasets import Dataset
 from transformers import AutoModelForTokenClassification
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_ragen2.ppo_config import SNRFilteredPPOConfig
-from trl_ragen2.ppo_trainer import SNRFilteredPPOTrainer
-from trl_ragen2.tiny import make_tiny_model, tiny_model_path
+from trl_ragen2.models.tiny import make_tiny_model, tiny_model_path
+from trl_ragen2.ppo.ppo_config import SNRFilteredPPOConfig
+from trl_ragen2.ppo.ppo_trainer import SNRFilteredPPOTrainer
 
 from .ppo_helpers import make_args, ppo_trainer, record_critic_rows
 from .scripted import AMPLITUDES, dataset, parity_reward_for, record_loss_rows, script_generation, snapshot
@@ -205,7 +205,7 @@ def test_single_rollout_per_prompt_disables_the_filter_with_a_warning(tmp_path, 
     def prompt_reward(prompts, **kwargs):
         return [AMPLITUDES[p] for p in prompts]
 
-    with caplog.at_level(logging.WARNING, logger="trl_ragen2.ppo_config"):
+    with caplog.at_level(logging.WARNING, logger="trl_ragen2.ppo.ppo_config"):
         trainer = ppo_trainer(
             tmp_path, tiny_tokenizer, reward=prompt_reward, num_generations=1, per_device_train_batch_size=4
         )
@@ -414,7 +414,7 @@ def test_config_defaults_follow_the_paper(tmp_path, caplog):
     assert (args.gamma, args.lam, args.critic_learning_rate, args.learning_rate) == (1.0, 1.0, 1e-5, 1e-6)
     assert (args.epsilon, args.epsilon_high, args.entropy_coef, args.beta) == (0.2, 0.28, 0.001, 0.0)
     assert args.scale_rewards == "none" and args.loss_type == "dapo"
-    with caplog.at_level(logging.WARNING, logger="trl_ragen2.ppo_config"):
+    with caplog.at_level(logging.WARNING, logger="trl_ragen2.ppo.ppo_config"):
         args = make_args(tmp_path, scale_rewards="group")
     assert args.scale_rewards == "none" and "has no effect in PPO" in caplog.text
 
@@ -422,8 +422,8 @@ def test_config_defaults_follow_the_paper(tmp_path, caplog):
 def test_sokoban_rollouts_train_ppo_with_turn_rewards(tmp_path, tiny_tokenizer):
     """End to end with the RAGEN multi-turn rollout: feedback tokens carry nothing, each turn's reward is paid at its
     last model token, and the return target of a turn is the reward still to come (gamma = lambda = 1)."""
-    from trl_ragen2.agent_rollout import RagenRollout, env_return
-    from trl_ragen2.rollout import RolloutConfig
+    from trl_ragen2.agents.rollout import RolloutConfig
+    from trl_ragen2.agents.rollout_func import RagenRollout, env_return
     from trl_ragen2_envs.datasets import build_rows
 
     trainer = SNRFilteredPPOTrainer(

@@ -16,9 +16,9 @@ The scripted replies run through the real rollout engine on fixed rooms.
 
 import pytest
 
-import trl_ragen2.rollout as rollout_module
-from trl_ragen2.generation import ScriptedPolicy
-from trl_ragen2.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
+import trl_ragen2.agents.rollout as rollout_module
+from trl_ragen2.agents.generation import ScriptedPolicy
+from trl_ragen2.agents.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
 from trl_ragen2_envs import make_env
 from trl_ragen2_envs.datasets import build_rows
 from trl_ragen2_envs.frozen_lake import FrozenLakeMap

@@ -85,9 +85,9 @@ def test_preset_step_peaks_under_8_gib_and_the_diagnostics_add_no_peak(tmp_path)
 def test_rollout_runs_under_the_models_chatml_template():
     from transformers import AutoTokenizer
 
-    from trl_ragen2.cpu_models import smollm2_path
-    from trl_ragen2.generation import ScriptedPolicy
-    from trl_ragen2.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
+    from trl_ragen2.agents.generation import ScriptedPolicy
+    from trl_ragen2.agents.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
+    from trl_ragen2.models.smollm2 import smollm2_path
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
     engine = RolloutEngine(tokenizer, RolloutConfig(max_turns=2))
@@ -108,8 +108,8 @@ def test_tool_adapters_say_why_not_and_fall_back_to_a_tool_template(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_ragen2.cpu_models import smollm2_path
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS, _chat_template
+    from trl_ragen2.models.smollm2 import smollm2_path
+    from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, _chat_template
     from trl_ragen2_envs.datasets import build_rows
     from trl_ragen2_envs.frozen_lake import FrozenLakeToolEnv
 

@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-from trl_ragen2.reward_checks import (
+from trl_ragen2.agents.rollout import EpisodeSpec, RolloutConfig
+from trl_ragen2.filtering.reward_checks import (
     RewardFunctionError,
     check_finite_rewards,
     empty_patience_message,
     empty_step_cause,
     reward_function_error,
 )
-from trl_ragen2.rollout import EpisodeSpec, RolloutConfig
-from trl_ragen2.tiny import make_tiny_model
+from trl_ragen2.models.tiny import make_tiny_model
 from trl_ragen2_envs import make_env
 
 from .scripted import AMPLITUDES, dataset, parity_reward_for, script_generation, snapshot, tiny_trainer_args
@@ -223,7 +223,7 @@ def test_training_stopped_by_all_nan_rewards_names_nan(tmp_path, tiny_tokenizer,
         return [None] * len(completions)
 
     trainer = tiny_trainer(tmp_path, tiny_tokenizer, unscored, max_steps=3, reward_variance_empty_patience=1)
-    with caplog.at_level(logging.WARNING, logger="trl_ragen2.grpo_trainer"):
+    with caplog.at_level(logging.WARNING, logger="trl_ragen2.grpo.grpo_trainer"):
         trainer.train()
     assert trainer.state.global_step == 1
     assert "every reward of the batch was NaN (16 rollouts)" in caplog.text
@@ -260,7 +260,7 @@ def test_a_run_stopped_by_ragens_absolute_margin_names_the_margin(tmp_path, tiny
         reward_variance_empty_patience=1,
     )
     before = snapshot(trainer.model)
-    with caplog.at_level(logging.WARNING, logger="trl_ragen2.grpo_trainer"):
+    with caplog.at_level(logging.WARNING, logger="trl_ragen2.grpo.grpo_trainer"):
         trainer.train()
     assert trainer.state.global_step == 1
     assert all(torch.equal(before[name], param) for name, param in snapshot(trainer.model).items())

@@ -10,16 +10,16 @@ from hypothesis import strategies as st
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-from trl_ragen2.agent_rollout import (
+from trl_ragen2.agents.generation import ScriptedPolicy
+from trl_ragen2.agents.rollout import ROLLOUT_STAT_KEYS, EpisodeSpec, RolloutConfig, RolloutEngine
+from trl_ragen2.agents.rollout_func import (
     RagenRollout,
     aggregate_env_metrics,
     env_return,
     evaluate_episodes,
     log_env_metrics,
 )
-from trl_ragen2.generation import ScriptedPolicy
-from trl_ragen2.rollout import ROLLOUT_STAT_KEYS, EpisodeSpec, RolloutConfig, RolloutEngine
-from trl_ragen2.tiny import make_tiny_model
+from trl_ragen2.models.tiny import make_tiny_model
 from trl_ragen2_envs.datasets import build_rows
 from trl_ragen2_envs.sokoban_generation import solve
 
@@ -187,7 +187,7 @@ def test_aggregate_env_metrics():
 
 
 def test_mixed_environment_batches_also_log_the_pooled_metrics():
-    from trl_ragen2.agent_rollout import log_env_metrics
+    from trl_ragen2.agents.rollout_func import log_env_metrics
 
     class Accelerator:
         num_processes = 1
@@ -264,7 +264,7 @@ class TestEnvironmentEpisodeMetrics:
             def episode_metrics(self):
                 return {key: 1.0}
 
-        monkeypatch.setattr("trl_ragen2.rollout.make_env", lambda name, **config: ClashingSokoban())
+        monkeypatch.setattr("trl_ragen2.agents.rollout.make_env", lambda name, **config: ClashingSokoban())
         message = (
             rf"ClashingSokoban.episode_metrics\(\) returned the key '{key}', which the rollout's own statistics use"
         )
@@ -299,7 +299,7 @@ class TestEnvironmentEpisodeMetrics:
             def episode_metrics(self):
                 return returned
 
-        monkeypatch.setattr("trl_ragen2.rollout.make_env", lambda name, **config: LeveledSokoban())
+        monkeypatch.setattr("trl_ragen2.agents.rollout.make_env", lambda name, **config: LeveledSokoban())
         with pytest.raises(ValueError, match=message):
             play(tiny_tokenizer, solver_reply, max_turns=1)
 
@@ -312,7 +312,7 @@ class TestEnvironmentEpisodeMetrics:
             def episode_metrics(self):
                 return {"level": 7}  # an int: logged as a float
 
-        monkeypatch.setattr("trl_ragen2.rollout.make_env", lambda name, **config: LeveledSokoban())
+        monkeypatch.setattr("trl_ragen2.agents.rollout.make_env", lambda name, **config: LeveledSokoban())
         (episode,) = play(tiny_tokenizer, solver_reply, max_turns=1)
         stats = episode.stats()
         assert stats["level"] == 7.0 and type(stats["level"]) is float
@@ -411,7 +411,7 @@ def test_unknown_prompt_with_plain_trainer_explains_the_fix(tmp_path, tiny_token
     rollout = RagenRollout()
 
     class FakeTrainer:
-        current_rows = None
+        generation_rows = None
 
     with pytest.raises(ValueError, match="pass the datasets to the rollout"):
         rollout._rows_for([[{"role": "user", "content": "?"}]], FakeTrainer())

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from trl_ragen2.mi import mi_metrics
-from trl_ragen2.scoring import TransformersCrossScorer
-from trl_ragen2.tiny import make_tiny_model
+from trl_ragen2.collapse.mi import mi_metrics
+from trl_ragen2.collapse.scoring import TransformersCrossScorer
+from trl_ragen2.models.tiny import make_tiny_model
 
 
 KEYS = list("abcdefgh")

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 import torch
 
-from trl_ragen2.scoring import (
+from trl_ragen2.collapse.scoring import (
     LocalRollouts,
     PairBuilder,
     RowInfo,

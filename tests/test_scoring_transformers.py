@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trl_ragen2.scoring import TransformersCrossScorer, naive_cross_scores, resolve_causal_lm, unpad
+from trl_ragen2.collapse.scoring import TransformersCrossScorer, naive_cross_scores, resolve_causal_lm, unpad
 
 
 def random_ids(lengths, vocab, seed):
@@ -168,7 +168,7 @@ def test_lm_head_projections_stay_within_the_logits_budget(tiny_model, tiny_toke
 
 
 def test_default_logits_budget_is_64_mb_for_any_vocabulary():
-    from trl_ragen2.scoring.transformers_scorer import DEFAULT_MAX_LOGITS_ELEMENTS, lm_head_rows
+    from trl_ragen2.collapse.scoring.transformers_scorer import DEFAULT_MAX_LOGITS_ELEMENTS, lm_head_rows
 
     for vocab, rows in ((49152, 341), (151936, 110), (262144, 64)):  # SmolLM2, Qwen2.5, Gemma 3
         assert lm_head_rows(vocab) == rows and rows * vocab * 4 <= 64 * 2**20
@@ -209,7 +209,7 @@ def test_packed_lanes_match_naive_concatenation(tiny_model, batch, attention, pa
 
 def test_sliding_window_models_score_one_chain_per_row(tiny_tokenizer, batch):
     """A sliding-window cache has dropped old positions, so no custom 4D mask: every chain runs in its own row."""
-    from trl_ragen2.tiny import make_tiny_model
+    from trl_ragen2.models.tiny import make_tiny_model
 
     contexts, chains = batch
     model = make_tiny_model(tiny_tokenizer)
@@ -229,7 +229,7 @@ def test_pack_tokens_is_validated(tiny_model):
 
 def test_kernels_without_custom_masks_score_one_chain_per_row(tiny_model, batch, monkeypatch):
     """Only kernels that take a 4D additive mask as it is get packed lanes; any other scores one chain per row."""
-    from trl_ragen2.scoring import transformers_scorer
+    from trl_ragen2.collapse.scoring import transformers_scorer
 
     contexts, chains = batch
     tiny_model.set_attn_implementation("sdpa")

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from trl_ragen2.scoring import TransformersCrossScorer, VLLMCrossScorer, supports_token_id_scoring
-from trl_ragen2.scoring.vllm_scorer import TOKEN_ID_FIELDS
+from trl_ragen2.collapse.scoring import TransformersCrossScorer, VLLMCrossScorer, supports_token_id_scoring
+from trl_ragen2.collapse.scoring.vllm_scorer import TOKEN_ID_FIELDS
 
 
 @dataclass
@@ -279,7 +279,7 @@ def test_a_trainer_asking_for_vllm_without_it_says_how_to_install(tmp_path):
     import importlib.util
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer
+    from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")

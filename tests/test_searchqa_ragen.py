@@ -299,8 +299,8 @@ def test_rollout_with_ragens_rules(tiny_tokenizer, protocol, turn_rewards):
     """Seed 0 asks about Nidreitas (the answer). Free text "Nidreitas it is" is read as the answer: F1 against
     "nidreitas" is 2 * (1/3 * 1) / (4/3) = 0.5. RAGEN's manager has no action table, so it is not penalised; the
     library's protocol penalises an action the environment flags invalid and pays it nothing."""
-    from trl_ragen2.generation import ScriptedPolicy
-    from trl_ragen2.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
+    from trl_ragen2.agents.generation import ScriptedPolicy
+    from trl_ragen2.agents.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
 
     replies = ["x</think><answer>search[Nidreitas]</answer>", "x</think><answer>Nidreitas it is</answer>"]
     engine = RolloutEngine(tiny_tokenizer, RolloutConfig(protocol=protocol, max_turns=5, max_actions_per_turn=1))

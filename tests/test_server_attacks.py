@@ -338,9 +338,9 @@ def test_step_turns_an_unreachable_server_into_an_observation_under_ragens_rules
 
 
 def test_step_turns_an_unreachable_server_into_an_observation_and_a_metric(server, tiny_tokenizer):
-    from trl_ragen2.agent_rollout import evaluate_episodes
-    from trl_ragen2.generation import ScriptedPolicy
-    from trl_ragen2.rollout import RolloutConfig, RolloutEngine
+    from trl_ragen2.agents.generation import ScriptedPolicy
+    from trl_ragen2.agents.rollout import RolloutConfig, RolloutEngine
+    from trl_ragen2.agents.rollout_func import evaluate_episodes
     from trl_ragen2_envs.datasets import build_rows
 
     dead_url = server.url  # a port that refuses connections once the server is gone

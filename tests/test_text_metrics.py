@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from trl_ragen2.text_metrics import bleu, cross_prompt_overlap, distinct_n, self_bleu, text_template_metrics
+from trl_ragen2.collapse.text_metrics import bleu, cross_prompt_overlap, distinct_n, self_bleu, text_template_metrics
 
 
 def words(text):

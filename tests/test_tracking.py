@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TRAIN = """
 import json, sys
 from tests.scripted import scripted_trainer
-from trl_ragen2.tiny import make_tiny_tokenizer
+from trl_ragen2.models.tiny import make_tiny_tokenizer
 from pathlib import Path
 trainer = scripted_trainer(Path(sys.argv[1]), make_tiny_tokenizer(), report_to="trackio", project="ragen2-test")
 trainer.train()

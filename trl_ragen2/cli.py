@@ -10,7 +10,7 @@ trl-ragen2 data webshop small --from ~/WebShop    # import a copy you already ha
 ```
 
 A run's logs are its `trainer_state.json`, the newest `checkpoint-*/trainer_state.json`, or the `metrics.jsonl` of
-`trl_ragen2.tracking.MetricsJSONLCallback`, so a run can be looked at while it trains. Each subcommand is one
+`trl_ragen2.runs.tracking.MetricsJSONLCallback`, so a run can be looked at while it trains. Each subcommand is one
 `_add_<name>(subparsers)` function that registers its arguments and its handler; handlers return the exit status
 (0 ok, 1 nothing to show or bad input; argparse uses 2 for usage errors). Heavy imports happen inside handlers, so
 `--help` stays instant.
@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .run_logs import MI_SCOPES, format_summary, is_summary_key, load_run_logs, summarize
+from .runs.keys import MI_SCOPES, mi_key
+from .runs.logs import format_summary, is_summary_key, load_run_logs, summarize
 
 
 PROG = "trl-ragen2"
@@ -87,7 +88,7 @@ def _add_plot(subparsers) -> None:
 
 
 def _run_plot(args) -> int:
-    from .plots import plot_run_report
+    from .plots.figures import plot_run_report
 
     report = plot_run_report(
         args.output_dir,
@@ -126,10 +127,10 @@ def _add_summary(subparsers) -> None:
 
 def _last_regimes(records: list[dict]) -> dict[str, dict]:
     """Regime of the last MI diagnostic per scope, with the default MI-Est / H(Z|X) thresholds."""
-    scopes = [s for s in MI_SCOPES if any(f"ragen2/mi/{s}/mi_est" in r for r in records)]
+    scopes = [s for s in MI_SCOPES if any(mi_key(s, "mi_est") in r for r in records)]
     if not scopes:
         return {}
-    from .plots import classify_run, regime_points, regime_thresholds
+    from .plots.figures import classify_run, regime_points, regime_thresholds
 
     mi_threshold, entropy_threshold = regime_thresholds()
     regimes = {}

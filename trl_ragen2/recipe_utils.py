@@ -25,7 +25,8 @@ from typing import Any
 
 from trl_ragen2_envs.prompts import check_protocol
 
-from .rollout import RolloutConfig
+from .agents.rollout import RolloutConfig
+from .runs import keys
 
 
 logger = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ def build_datasets(
 
 def resolve_model_name(model_name_or_path: str) -> str:
     """The offline names (`"tiny"`, `"smollm2-135m"`) become their cached folders; anything else is unchanged."""
-    from .cpu_models import resolve_local_model
+    from .models.loader import resolve_local_model
 
     return resolve_local_model(model_name_or_path)
 
@@ -249,14 +250,15 @@ def write_run_report(trainer, env_name: str, details: dict[str, str], *, write_p
     `run_summary.json`, and the printed summary. Returns the final metrics."""
     output_dir = trainer.args.output_dir
     metrics = final_metrics(trainer)
-    keys = [k for k in sorted(metrics) if k.startswith(("eval_ragen2/env", "ragen2/env", "ragen2/filter/kept"))]
+    shown = (keys.evaluation(keys.ENV), keys.ENV, keys.filter_key("kept"))  # episode statistics, the kept share
+    final = [k for k in sorted(metrics) if k.startswith(shown)]
     trainer.model_card_details.update(details)
-    trainer.model_card_details.update({f"final `{k}`": f"{metrics[k]:.4g}" for k in keys})
+    trainer.model_card_details.update({f"final `{k}`": f"{metrics[k]:.4g}" for k in final})
     if trainer.is_world_process_zero():
         trainer.create_model_card(model_name=Path(output_dir).name)
         if write_plots:
             try:
-                from .plots import plot_run
+                from .plots.figures import plot_run
 
                 for path in plot_run(output_dir):
                     logger.info("wrote %s", path)
@@ -270,15 +272,15 @@ def write_run_report(trainer, env_name: str, details: dict[str, str], *, write_p
 
 def print_summary(trainer, metrics: dict[str, float], env_name: str) -> None:
     """Print the run's headline numbers: steps, kept fraction, reward, success rates, MI."""
-    keys = [
-        "ragen2/filter/kept_fraction",
+    headline = [
+        keys.FILTER_KEPT_FRACTION,
         "reward",
-        f"ragen2/env/{env_name}/success_rate",
-        f"eval_ragen2/env/{env_name}/success_rate",
-        "ragen2/mi/first_turn/retrieval_acc",
-        "ragen2/mi/trajectory/mi_zscore_ema",
+        keys.env_key(env_name, "success_rate"),
+        keys.evaluation(keys.env_key(env_name, "success_rate")),
+        keys.mi_key("first_turn", "retrieval_acc"),
+        keys.mi_key("trajectory", "mi_zscore_ema"),
     ]
     print(f"steps: {trainer.state.global_step}")  # noqa: T201
-    for key in keys:
+    for key in headline:
         if key in metrics:
             print(f"{key}: {metrics[key]:.4f}")  # noqa: T201

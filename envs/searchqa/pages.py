@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from .entities import DEVICES, Entity
 from .retrieval import Passage
-from .world import DEVICES, Entity
 
 
 Paragraph = tuple[str, tuple[str, ...]]

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .world import Entity, World
+from .entities import Entity
+from .world import World
 
 
 QUESTION_KINDS = ("bridge", "comparison")

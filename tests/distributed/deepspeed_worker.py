@@ -17,7 +17,7 @@ import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer  # noqa: E402
-from trl_ragen2.tiny import make_tiny_model, make_tiny_tokenizer  # noqa: E402
+from trl_ragen2.models.tiny import make_tiny_model, make_tiny_tokenizer  # noqa: E402
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

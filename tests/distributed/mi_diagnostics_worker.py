@@ -17,10 +17,10 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-import trl_ragen2.diagnostics as diagnostics_module  # noqa: E402
-from trl_ragen2.diagnostics import MIDiagnosticsCallback, MIDiagnosticsConfig  # noqa: E402
-from trl_ragen2.scoring import ThinkTagExtractor  # noqa: E402
-from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer  # noqa: E402
+import trl_ragen2.collapse.diagnostics as diagnostics_module  # noqa: E402
+from trl_ragen2.collapse.diagnostics import MIDiagnosticsCallback, MIDiagnosticsConfig  # noqa: E402
+from trl_ragen2.collapse.scoring import ThinkTagExtractor  # noqa: E402
+from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer  # noqa: E402
 
 
 def main(out_dir):

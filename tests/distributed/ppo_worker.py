@@ -18,9 +18,9 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
-from trl_ragen2.ppo_config import SNRFilteredPPOConfig  # noqa: E402
-from trl_ragen2.ppo_trainer import SNRFilteredPPOTrainer  # noqa: E402
-from trl_ragen2.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer  # noqa: E402
+from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer  # noqa: E402
+from trl_ragen2.ppo.ppo_config import SNRFilteredPPOConfig  # noqa: E402
+from trl_ragen2.ppo.ppo_trainer import SNRFilteredPPOTrainer  # noqa: E402
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

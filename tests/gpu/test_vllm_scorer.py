@@ -12,7 +12,12 @@ import importlib.util
 import pytest
 import torch
 
-from trl_ragen2.scoring import TransformersCrossScorer, VLLMCrossScorer, naive_cross_scores, supports_token_id_scoring
+from trl_ragen2.collapse.scoring import (
+    TransformersCrossScorer,
+    VLLMCrossScorer,
+    naive_cross_scores,
+    supports_token_id_scoring,
+)
 
 
 pytestmark = [

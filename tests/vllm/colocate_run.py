@@ -78,7 +78,7 @@ def build_trainer(options, output_dir):
     from datasets import Dataset
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer, SNRFilteredPPOConfig, SNRFilteredPPOTrainer
-    from trl_ragen2.tiny import CPU_TRAINING_KWARGS, VLLM_CPU_SIZES, tiny_model_path
+    from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, VLLM_CPU_SIZES, tiny_model_path
 
     config_cls, trainer_cls = (
         (SNRFilteredPPOConfig, SNRFilteredPPOTrainer)
@@ -145,7 +145,7 @@ def main(argv=None):
 
     import torch
 
-    from trl_ragen2.scoring import TransformersCrossScorer, VLLMCrossScorer
+    from trl_ragen2.collapse.scoring import TransformersCrossScorer, VLLMCrossScorer
 
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = build_trainer(options, output_dir)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm")
 
 from trl_ragen2 import EngineGeneration, ModelGeneration  # noqa: E402
-from trl_ragen2.tiny import VLLM_CPU_SIZES, tiny_model_path  # noqa: E402
+from trl_ragen2.models.tiny import VLLM_CPU_SIZES, tiny_model_path  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_greedy_replies_equal_transformers_generate(llm, tokenizer, path):
 
 
 def test_loaded_policy_weights_drive_the_engine(llm, tokenizer, path):
-    from trl_ragen2.vllm_cpu import load_policy_weights, vllm_platform_is_cpu
+    from trl_ragen2.models.vllm_cpu import load_policy_weights, vllm_platform_is_cpu
 
     if not vllm_platform_is_cpu():
         pytest.skip("load_policy_weights is the CPU build's weight path")

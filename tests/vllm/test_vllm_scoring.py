@@ -17,8 +17,12 @@ import torch
 pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm")
 
-from trl_ragen2.scoring import TransformersCrossScorer, VLLMCrossScorer, supports_token_id_scoring  # noqa: E402
-from trl_ragen2.tiny import VLLM_CPU_SIZES, tiny_model_path  # noqa: E402
+from trl_ragen2.collapse.scoring import (  # noqa: E402
+    TransformersCrossScorer,
+    VLLMCrossScorer,
+    supports_token_id_scoring,
+)
+from trl_ragen2.models.tiny import VLLM_CPU_SIZES, tiny_model_path  # noqa: E402
 
 
 FLOAT32_TOLERANCE = 1e-4  # nats per pair; measured up to 2e-6 on chains of 3 to 30 tokens
@@ -100,7 +104,7 @@ def test_kv_cache_error_names_the_setting_and_the_fix():
 
     from vllm.v1.worker import cpu_worker
 
-    from trl_ragen2.vllm_cpu import _CPU_KV_CACHE_ERROR, _build_engine
+    from trl_ragen2.models.vllm_cpu import _CPU_KV_CACHE_ERROR, _build_engine
 
     # the text recognised is the one this vLLM's CPU worker raises
     assert _CPU_KV_CACHE_ERROR in inspect.getsource(cpu_worker)

@@ -1,0 +1,15 @@
+"""SNR-aware filtering (RAGEN-2 §3.3): which prompt groups a policy update trains on, and how the kept rows train.
+
+- `selection`: group scores (reward variance or std), the selection rules (top-p, top-k, min-p), the filter
+  statistics;
+- `keep_rate`: the keep rate in force at each generation (rho schedules, warm-up, the auto switch, the guard);
+- `reward_checks`: checks on the rewards a trainer receives, and why a generation kept nothing;
+- `advantages`: advantages TRL defines over the whole batch, recomputed on the kept rows;
+- `batch_utils`: row operations on TRL generation batches (select, trim, cut, placeholders);
+- `micro_steps`: where the kept rows go over the micro-steps, and each micro-step's loss factors;
+- `generation_state`: one generation's trip through the filter, the object the trainer's overrides share;
+- `empty_steps`: the filter's counters, and the callback that makes an optimizer step without a kept row a no-op.
+
+Everything here but `empty_steps` (a transformers `TrainerCallback`) needs torch at most. The trainers that use it
+live in `trl_ragen2.grpo` and `trl_ragen2.ppo`.
+"""

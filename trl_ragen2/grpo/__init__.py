@@ -1,0 +1,8 @@
+"""`SNRFilteredGRPOTrainer` and its config: TRL's `GRPOTrainer` with SNR-aware filtering and the MI diagnostics.
+
+- `grpo_config`: `SNRFilteredGRPOConfig`, `GRPOConfig` plus the `reward_variance_*`, `mi_*`, `grad_report_*`, vLLM
+  engine and run-folder fields;
+- `grpo_trainer`: the trainer, a few narrow overrides that wire `trl_ragen2.filtering` and
+  `trl_ragen2.collapse` into TRL;
+- `config_types`: type checks of config values after YAML parsing.
+"""

@@ -1,0 +1,510 @@
+"""`SNRFilteredGRPOConfig`: `GRPOConfig` plus the RAGEN-2 SNR-aware filtering fields.
+
+The filter fields carry the names of TRL's open pull request #7242 (`reward_variance_*`), so a config moves
+between the two unchanged. Every field is validated in `__post_init__` with an error naming the field, its value
+and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import typing
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from ..collapse.diagnostics import MIDiagnosticsConfig
+from ..collapse.grad_report import check_report_settings
+from ..filtering.keep_rate import AUTO, AUTO_OFF_BELOW, AUTO_ON_ABOVE, AUTO_SMOOTHING, SCHEDULES, KeepRateControl
+from ..filtering.selection import SCORE_METRICS, SELECTION_EPS_MODES, STRATEGIES, TOP_P_MODES, check_top_k
+from ..models.vllm_cpu import VLLMEngineArguments
+from .config_types import check_field_types
+
+
+LOSS_SCALINGS = ("none", "linear", "sqrt")
+
+
+class IntOrFraction:
+    """Command-line type of `reward_variance_top_k`: `"4"` reads as the int 4 (a number of groups), `"0.25"` and
+    `"1.0"` as floats (fractions of the groups). Values that are not text (Python, YAML) pass through unchanged."""
+
+    def __new__(cls, value):
+        if not isinstance(value, str):
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            return float(value)  # argparse reports a ValueError as an invalid value of the flag
+
+
+@dataclass
+class SNRFilterArguments:
+    r"""
+    RAGEN-2 SNR-aware filtering (arXiv 2604.06268, §3.3), shared by the GRPO and PPO variants.
+
+    Before each policy update the prompt groups are ranked by their within-prompt reward variance, and only the
+    top groups are trained on; the rows of the other groups are dropped from the batch, so the loss spends no
+    forward or backward pass on them (TRL's scoring passes skip them too when the rewards come from rollout
+    fields; see `docs/filtering.md`).
+
+    Parameters:
+        reward_variance_filtering (`str` or `None`, *optional*, defaults to `"top_p"`):
+            Selection rule: `"top_p"` (keep the groups holding a `reward_variance_top_p` share of the variance
+            mass, the paper's method), `"top_k"` or `"min_p"`. `"auto"` (beyond the paper) applies `"top_p"` while
+            the smoothed Std/Mean of the per-group reward std is high and keeps every group while it is low (see
+            `reward_variance_auto_on_above`). `None` disables filtering: the trainer then behaves exactly like its
+            TRL parent.
+        reward_variance_top_p (`float`, *optional*, defaults to `0.9`):
+            Mass share rho kept by `"top_p"` (and `"auto"` while on), in (0, 1]; a schedule's start value. The
+            paper uses rho = 0.9 and finds 0.8-0.98 best; 1.0 keeps every candidate (RAGEN's "no filtering" value).
+        reward_variance_top_k (`int`, `float` or `None`, *optional*, defaults to `None`):
+            For `"top_k"`: an int is a number of groups (RAGEN's `top_k_abs`), a float in (0, 1] a fraction of the
+            groups, `int(k * P)` of them (RAGEN's `top_k`; `1.0` keeps them all). At least one candidate is kept.
+            On the command line `4` is a count and `0.25` or `1.0` a fraction. Table 9 ablates 0.25 and 0.5.
+        reward_variance_min_p (`float` or `None`, *optional*, defaults to `None`):
+            For `"min_p"`, in [0, 1]: keep the groups scoring at least this share of the best group (with
+            `reward_variance_largest=False`: at most the smallest score divided by it). Table 9 ablates 0.05 and 0.2.
+        reward_variance_top_p_mode (`str`, *optional*, defaults to `"linear"`):
+            `"linear"` (the paper's cumulative-mass rule) or `"softmax"` (RAGEN's release scripts: cumulative
+            softmax probability of the scores).
+        reward_variance_metric (`str`, *optional*, defaults to `"variance"`):
+            Group score: `"variance"` (unbiased sample variance, the paper) or `"std"` (RAGEN's released code).
+            The ranking is the same; the top-p mass and min-p threshold differ.
+        reward_variance_include_zero (`bool`, *optional*, defaults to `False`):
+            Keep zero-variance groups among the candidates (RAGEN's main-table runs: `True`; its README and the
+            top-p sweeps: `False`).
+        reward_variance_selection_eps (`float`, *optional*, defaults to `0.01`):
+            Margin eps subtracted from the linear top-p threshold (RAGEN's `rollout_filter_selection_eps`), measured
+            as `reward_variance_selection_eps_mode` says.
+        reward_variance_selection_eps_mode (`str`, *optional*, defaults to `"relative"`):
+            `"relative"`: the margin is eps times the candidates' summed score, so the threshold is
+            `(rho - eps) * sum` and the rule is the same on every reward scale (eps must be below rho).
+            `"absolute"` (RAGEN's, set by the paper configs): the margin is eps in score units, threshold
+            `rho * sum - eps`, so a batch whose scores sum to at most `eps / rho` keeps nothing (0.011 at the
+            defaults: 8 groups whose rewards have a std below 0.037 each).
+        reward_variance_largest (`bool`, *optional*, defaults to `True`):
+            `False` keeps the lowest-variance groups instead: the paper's "keep smallest" ablation (Table 9).
+        reward_variance_loss_scaling (`str`, *optional*, defaults to `"none"`):
+            Multiply the loss by `"linear"`: the kept fraction of groups, `"sqrt"`: its square root, or `"none"`
+            (RAGEN's released runs; the paper's text scales by rho).
+        reward_variance_empty_patience (`int`, *optional*, defaults to `5`):
+            Stop training after this many consecutive generation steps in which no group was kept (RAGEN's
+            `rollout_filter_empty_stop_steps`). `0` never stops.
+
+        > Beyond the paper: keep-rate schedule, auto switch and guard (`docs/filtering.md`, "Keep-rate control").
+        > Steps are optimizer steps, as in `max_steps` and `warmup_steps`: the batch made after n optimizer steps
+        > uses the values of step n. With several optimizer steps per generation the filter runs once per
+        > generation, at its first optimizer step.
+
+        reward_variance_top_p_schedule (`str`, *optional*, defaults to `"constant"`):
+            How rho moves for `"top_p"` and `"auto"`: `"constant"` (always `reward_variance_top_p`), `"linear"` or
+            `"cosine"` (from `reward_variance_top_p` to `reward_variance_top_p_end` over
+            `reward_variance_schedule_steps` steps after the warm-up, then constant).
+        reward_variance_top_p_end (`float` or `None`, *optional*, defaults to `None`):
+            Final rho of a `"linear"` or `"cosine"` schedule, in (0, 1].
+        reward_variance_schedule_steps (`int`, *optional*, defaults to `0`):
+            Optimizer steps the schedule takes to reach `reward_variance_top_p_end` (>= 1 for a schedule).
+        reward_variance_warmup_steps (`int`, *optional*, defaults to `0`):
+            The first this many optimizer steps train on every group (zero-variance ones too), like no filtering.
+        reward_variance_auto_on_above (`float`, *optional*, defaults to `0.8`):
+            `"auto"`: the filter turns on when the smoothed Std/Mean reaches this value (Table 8: Sokoban, 1.16-1.29,
+            gained from filtering).
+        reward_variance_auto_off_below (`float`, *optional*, defaults to `0.5`):
+            `"auto"`: the filter turns off when the smoothed Std/Mean falls below this value (Table 8: FrozenLake,
+            0.33, lost). At most `reward_variance_auto_on_above`; the gap is the hysteresis.
+        reward_variance_auto_smoothing (`float`, *optional*, defaults to `0.5`):
+            `"auto"`: decay of the moving average of Std/Mean, in [0, 1) (`0` uses each batch's value alone).
+        reward_variance_min_kept_fraction (`float`, *optional*, defaults to `0.0`):
+            Exploration guard: keep at least `ceil(f * P)` of the P groups, adding the next groups of the rule's
+            ranking (highest variance first). Zero-variance groups are added only with
+            `reward_variance_include_zero=True`, so a batch without reward variance can still be an empty step.
+    """
+
+    reward_variance_filtering: str | None = field(
+        default="top_p",
+        metadata={
+            "help": "Selection rule: 'top_p' (the paper), 'top_k', 'min_p', 'auto' (top_p switched on and off from "
+            "the Std/Mean of the group reward std), or None to disable filtering."
+        },
+    )
+    reward_variance_top_p: float = field(
+        default=0.9, metadata={"help": "Variance-mass share rho kept by 'top_p', in (0, 1]. Paper: 0.9."}
+    )
+    reward_variance_top_k: IntOrFraction | None = field(
+        default=None,
+        metadata={"help": "For 'top_k': an int is a number of groups, a float in (0, 1] a fraction (1.0: all)."},
+    )
+    reward_variance_min_p: float | None = field(
+        default=None, metadata={"help": "For 'min_p': keep groups scoring >= this share of the best, in [0, 1]."}
+    )
+    reward_variance_top_p_mode: str = field(
+        default="linear", metadata={"help": "'linear' (the paper's cumulative mass) or 'softmax' (RAGEN scripts)."}
+    )
+    reward_variance_metric: str = field(
+        default="variance", metadata={"help": "Group score: 'variance' (the paper) or 'std' (RAGEN's code)."}
+    )
+    reward_variance_include_zero: bool = field(
+        default=False, metadata={"help": "Keep zero-variance groups among the candidates."}
+    )
+    reward_variance_selection_eps: float = field(
+        default=0.01, metadata={"help": "Margin subtracted from the linear top-p threshold (RAGEN: 0.01, absolute)."}
+    )
+    reward_variance_selection_eps_mode: str = field(
+        default="relative",
+        metadata={
+            "help": "How the margin is measured: 'relative' (a share of the summed group scores, any reward scale) "
+            "or 'absolute' (RAGEN's, in score units; the paper configs)."
+        },
+    )
+    reward_variance_largest: bool = field(
+        default=True, metadata={"help": "False keeps the lowest-variance groups (the paper's ablation)."}
+    )
+    reward_variance_loss_scaling: str = field(
+        default="none",
+        metadata={"help": "Scale the loss by the kept fraction: 'none' (RAGEN runs), 'linear' or 'sqrt'."},
+    )
+    reward_variance_empty_patience: int = field(
+        default=5, metadata={"help": "Stop after this many consecutive empty filter steps (0: never)."}
+    )
+    reward_variance_top_p_schedule: str = field(
+        default="constant",
+        metadata={"help": "rho over training: 'constant', 'linear' or 'cosine' (to reward_variance_top_p_end)."},
+    )
+    reward_variance_top_p_end: float | None = field(
+        default=None, metadata={"help": "Final rho of a 'linear' or 'cosine' schedule, in (0, 1]."}
+    )
+    reward_variance_schedule_steps: int = field(
+        default=0, metadata={"help": "Optimizer steps from reward_variance_top_p to reward_variance_top_p_end."}
+    )
+    reward_variance_warmup_steps: int = field(
+        default=0, metadata={"help": "Optimizer steps at the start that train on every group (filter off)."}
+    )
+    reward_variance_auto_on_above: float = field(
+        default=AUTO_ON_ABOVE, metadata={"help": "'auto': filter on when smoothed Std/Mean >= this (Table 8)."}
+    )
+    reward_variance_auto_off_below: float = field(
+        default=AUTO_OFF_BELOW, metadata={"help": "'auto': filter off when smoothed Std/Mean < this (Table 8)."}
+    )
+    reward_variance_auto_smoothing: float = field(
+        default=AUTO_SMOOTHING, metadata={"help": "'auto': moving-average decay of Std/Mean, in [0, 1)."}
+    )
+    reward_variance_min_kept_fraction: float = field(
+        default=0.0, metadata={"help": "Keep at least this share of the groups, highest variance first, in [0, 1]."}
+    )
+
+    def validate_reward_variance_fields(self) -> None:
+        """Raise a `ValueError` naming the field, its value and the fix for any invalid `reward_variance_*` field."""
+        strategy = self.reward_variance_filtering
+        if strategy is not None and strategy not in (*STRATEGIES, AUTO):
+            raise ValueError(
+                f"reward_variance_filtering must be one of {(*STRATEGIES, AUTO)} or None, got {strategy!r}; "
+                "use None to disable filtering"
+            )
+        if not (0.0 < self.reward_variance_top_p <= 1.0):
+            raise ValueError(
+                f"reward_variance_top_p must be in (0, 1], got {self.reward_variance_top_p}; the paper uses 0.9, "
+                "and reward_variance_filtering=None disables filtering"
+            )
+        if strategy == "top_k":
+            top_k = self.reward_variance_top_k
+            if top_k is None:
+                raise ValueError(
+                    "reward_variance_top_k must be set when reward_variance_filtering='top_k', got None; pass a "
+                    "number of groups as an int (e.g. 4) or a fraction of the groups as a float in (0, 1] (e.g. 0.5)"
+                )
+            check_top_k(top_k, "reward_variance_top_k")
+        if strategy == "min_p":
+            min_p = self.reward_variance_min_p
+            if min_p is None or not (0.0 <= min_p <= 1.0):
+                raise ValueError(
+                    f"reward_variance_min_p must be in [0, 1] when reward_variance_filtering='min_p', got {min_p}; "
+                    "the paper's ablation uses 0.05 or 0.2"
+                )
+        self._check_one_of("reward_variance_top_p_mode", TOP_P_MODES)
+        self._check_one_of("reward_variance_metric", SCORE_METRICS)
+        if self.reward_variance_selection_eps < 0:
+            raise ValueError(
+                f"reward_variance_selection_eps must be >= 0, got {self.reward_variance_selection_eps}; RAGEN uses 0.01"
+            )
+        self._validate_selection_eps_mode()
+        self._check_one_of("reward_variance_loss_scaling", LOSS_SCALINGS)
+        if self.reward_variance_empty_patience < 0:
+            raise ValueError(
+                f"reward_variance_empty_patience must be >= 0 (0 never stops), got {self.reward_variance_empty_patience}"
+            )
+        self._validate_keep_rate_fields()
+
+    def _check_one_of(self, name: str, choices: tuple) -> None:
+        value = getattr(self, name)
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+    def _validate_selection_eps_mode(self) -> None:
+        mode, eps = self.reward_variance_selection_eps_mode, self.reward_variance_selection_eps
+        if mode not in SELECTION_EPS_MODES:
+            raise ValueError(
+                f"reward_variance_selection_eps_mode must be one of {SELECTION_EPS_MODES}, got {mode!r}; 'relative' "
+                "measures the margin as a share of the summed group scores, 'absolute' in score units (RAGEN)"
+            )
+        if mode != "relative":
+            return
+        if eps >= 1.0:
+            raise ValueError(
+                f"reward_variance_selection_eps={eps} must be below 1 with reward_variance_selection_eps_mode="
+                "'relative' (a share of the summed group scores); use a share such as 0.01, or "
+                "reward_variance_selection_eps_mode='absolute' for a margin in score units"
+            )
+        if self.reward_variance_top_p_mode != "linear" or self.reward_variance_filtering not in ("top_p", AUTO):
+            return
+        rhos = [("reward_variance_top_p", self.reward_variance_top_p)]
+        if self.reward_variance_top_p_schedule != "constant" and self.reward_variance_top_p_end is not None:
+            rhos.append(("reward_variance_top_p_end", self.reward_variance_top_p_end))
+        for name, rho in rhos:
+            if rho < 1.0 and eps >= rho:
+                raise ValueError(
+                    f"reward_variance_selection_eps={eps} must be below {name}={rho} with "
+                    "reward_variance_selection_eps_mode='relative': the margin is that share of the summed group "
+                    "scores, so the linear top-p threshold (rho - eps) * sum would keep no group; use a share such "
+                    "as 0.01, or reward_variance_selection_eps_mode='absolute' for a margin in score units"
+                )
+
+    def _validate_keep_rate_fields(self) -> None:
+        strategy, schedule = self.reward_variance_filtering, self.reward_variance_top_p_schedule
+        self._check_one_of("reward_variance_top_p_schedule", SCHEDULES)
+        for name in ("reward_variance_schedule_steps", "reward_variance_warmup_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0 (optimizer steps), got {value!r}")
+        end = self.reward_variance_top_p_end
+        if schedule != "constant":
+            if strategy in ("top_k", "min_p"):
+                raise ValueError(
+                    f"reward_variance_top_p_schedule={schedule!r} anneals reward_variance_top_p, which "
+                    f"reward_variance_filtering={strategy!r} does not use; use 'top_p' or 'auto', or the 'constant' "
+                    "schedule"
+                )
+            if end is None or not (0.0 < end <= 1.0):
+                raise ValueError(
+                    f"reward_variance_top_p_end must be in (0, 1] with reward_variance_top_p_schedule={schedule!r}, "
+                    f"got {end!r}; e.g. reward_variance_top_p=1.0, reward_variance_top_p_end=0.9 anneals from no "
+                    "filtering to the paper's rho"
+                )
+            if self.reward_variance_schedule_steps < 1:
+                raise ValueError(
+                    f"reward_variance_schedule_steps must be >= 1 with reward_variance_top_p_schedule={schedule!r}, "
+                    f"got {self.reward_variance_schedule_steps}; set the optimizer steps the schedule takes"
+                )
+        elif end is not None:
+            raise ValueError(
+                f"reward_variance_top_p_end={end!r} has no effect with reward_variance_top_p_schedule='constant'; "
+                "set reward_variance_top_p_schedule='linear' or 'cosine' to anneal, or leave it None"
+            )
+        on_above, off_below = self.reward_variance_auto_on_above, self.reward_variance_auto_off_below
+        for name, value in (
+            ("reward_variance_auto_on_above", on_above),
+            ("reward_variance_auto_off_below", off_below),
+        ):
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0 (a Std/Mean value), got {value!r}")
+        if off_below > on_above:
+            raise ValueError(
+                f"reward_variance_auto_off_below ({off_below}) must be <= reward_variance_auto_on_above ({on_above}); "
+                "the filter turns off below the first and on above the second"
+            )
+        smoothing = self.reward_variance_auto_smoothing
+        if not (isinstance(smoothing, int | float) and 0.0 <= smoothing < 1.0):
+            raise ValueError(
+                f"reward_variance_auto_smoothing must be in [0, 1), got {smoothing!r}; 0 uses each batch's Std/Mean "
+                "alone"
+            )
+        fraction = self.reward_variance_min_kept_fraction
+        if isinstance(fraction, bool) or not (isinstance(fraction, int | float) and 0.0 <= fraction <= 1.0):
+            raise ValueError(
+                f"reward_variance_min_kept_fraction must be in [0, 1], got {fraction!r}; 0 turns the guard off"
+            )
+
+    def keep_rate_control(self) -> KeepRateControl:
+        """The [`~trl_ragen2.filtering.keep_rate.KeepRateControl`] (schedule, warm-up, auto switch) these fields
+        describe."""
+        return KeepRateControl(
+            top_p=self.reward_variance_top_p,
+            top_p_end=self.reward_variance_top_p_end,
+            schedule=self.reward_variance_top_p_schedule,
+            schedule_steps=self.reward_variance_schedule_steps,
+            warmup_steps=self.reward_variance_warmup_steps,
+            auto=self.reward_variance_filtering == AUTO,
+            auto_on_above=self.reward_variance_auto_on_above,
+            auto_off_below=self.reward_variance_auto_off_below,
+            auto_smoothing=self.reward_variance_auto_smoothing,
+        )
+
+
+# MIDiagnosticsConfig fields a trainer config does not carry: the Recall@k cut-offs stay at their default, and the
+# pair sampling is seeded with the run's `seed`.
+MI_CONFIG_ONLY = ("ks", "seed")
+
+
+def _mi_field_name(name: str) -> str:
+    """The trainer-config field that sets `MIDiagnosticsConfig.<name>`."""
+    return "mi_diagnostics" if name == "enabled" else f"mi_{name}"
+
+
+# MIDiagnosticsConfig field -> the MIDiagnosticsArguments field that sets it
+MI_CONFIG_FIELDS = {
+    f.name: _mi_field_name(f.name) for f in dataclasses.fields(MIDiagnosticsConfig) if f.name not in MI_CONFIG_ONLY
+}
+
+
+def _mi_arguments_fields() -> list[tuple[str, type, dataclasses.Field]]:
+    """`(name, type, field)` of each `mi_*` field: `MIDiagnosticsConfig`'s type, default and help text.
+
+    A tuple field becomes a list (what `TrlParser` reads from several command-line values or a YAML list), with a
+    copy of the tuple as its default.
+    """
+    types = typing.get_type_hints(MIDiagnosticsConfig)
+    made = []
+    for config_field in dataclasses.fields(MIDiagnosticsConfig):
+        if config_field.name not in MI_CONFIG_FIELDS:
+            continue
+        kind, metadata = types[config_field.name], dict(config_field.metadata)
+        if typing.get_origin(kind) is tuple:
+            kind = list[typing.get_args(kind)[0]]
+            spec = field(default_factory=functools.partial(list, config_field.default), metadata=metadata)
+        else:
+            spec = field(default=config_field.default, metadata=metadata)
+        made.append((MI_CONFIG_FIELDS[config_field.name], kind, spec))
+    return made
+
+
+def _literal(value) -> str:
+    """A default as the docstrings write it: `"auto"`, `["first_turn", "trajectory"]`, `None`, `5`."""
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(item) for item in value) + "]"
+    return repr(value)
+
+
+def _mi_arguments_doc(fields: list[tuple[str, type, dataclasses.Field]]) -> str:
+    """The `Parameters:` entries of the `mi_*` fields, from their types, defaults and help texts."""
+    lines = []
+    for name, kind, spec in fields:
+        default = spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
+        shown = kind.__name__ if isinstance(kind, type) and not typing.get_args(kind) else str(kind)
+        lines += [f"        {name} (`{shown}`, *optional*, defaults to `{_literal(default)}`):"]
+        lines += [f"            {spec.metadata['help']}"]
+    return "\n".join(lines)
+
+
+def mi_diagnostics_config(self) -> MIDiagnosticsConfig:
+    """The [`~trl_ragen2.collapse.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there; its
+    errors name these fields)."""
+    values = {name: getattr(self, field_name) for name, field_name in MI_CONFIG_FIELDS.items()}
+    return MIDiagnosticsConfig(**values, seed=getattr(self, "seed", 0), field_names=MI_CONFIG_FIELDS)
+
+
+_MI_FIELDS = _mi_arguments_fields()
+MIDiagnosticsArguments = dataclasses.make_dataclass(
+    "MIDiagnosticsArguments",
+    _MI_FIELDS,
+    namespace={"mi_diagnostics_config": mi_diagnostics_config, "__module__": __name__},
+)
+MIDiagnosticsArguments.__doc__ = f"""
+    RAGEN-2 mutual-information collapse diagnostics (arXiv 2604.06268, §2.3, Table 1), run on the pre-filter batch.
+
+    Every reasoning chain of a sample of the batch is scored under every prompt of the batch; from the log-probability
+    matrix come Retrieval-Acc, Recall@k, MI-Est, MI-Seq-Est, MI-ZScore and MI-ZScore-EMA beside H(Z|X), logged for
+    each scope (`first_turn`, `trajectory`; the keys of `trl_ragen2.runs.keys.mi_key`).
+
+    The fields are made from [`~trl_ragen2.collapse.diagnostics.MIDiagnosticsConfig`], the one definition of these
+    settings, whose docstring describes each: `mi_<name>` sets its field `<name>` (and `mi_diagnostics` sets
+    `enabled`), with the same default and help text. `ks` stays at its default and `seed` is the run's `seed`.
+
+    Parameters:
+{_mi_arguments_doc(_MI_FIELDS)}
+    """
+
+
+@dataclass
+class GradientReportArguments:
+    r"""
+    The gradient SNR report (RAGEN-2's Figure 3): per reward-variance bucket of prompt groups, the gradient norms of
+    the task, KL and entropy terms, from separate backward passes without an optimizer step (see
+    `trl_ragen2.collapse.grad_report`). Off by default: each report costs about 2-3 optimizer steps of compute.
+
+    Parameters:
+        grad_report_every_n_steps (`int`, *optional*, defaults to `0`):
+            Report at step 1 and then every this many optimizer steps; `0` turns the report off (RAGEN: 50).
+        grad_report_num_buckets (`int`, *optional*, defaults to `6`):
+            Reward-variance quantile buckets (RAGEN: 6); fewer when the batch has fewer prompt groups.
+    """
+
+    grad_report_every_n_steps: int = field(
+        default=0, metadata={"help": "Gradient SNR report every N optimizer steps (0: off; RAGEN: 50)."}
+    )
+    grad_report_num_buckets: int = field(
+        default=6, metadata={"help": "Reward-variance quantile buckets of the gradient report (RAGEN: 6)."}
+    )
+
+
+@dataclass
+class RunFolderArguments:
+    r"""
+    One run per output_dir, and resumes that are exact or refused (`trl_ragen2.runs.checkpoints`).
+
+    Parameters:
+        overwrite_output_dir (`bool`, *optional*, defaults to `False`):
+            A run that does not resume refuses an output_dir holding an earlier run's checkpoints or logs
+            (`checkpoint-*`, `trainer_state.json`, `metrics.jsonl`); with `True` it removes them and starts over.
+        resume_allow_missing_state (`bool`, *optional*, defaults to `False`):
+            A resume from a checkpoint that is incomplete, or lacks state this run uses (optimizer, scheduler, RNG,
+            filter, MI or critic state), is an error naming the file; with `True` it resumes with a warning, and
+            what is missing starts from scratch (the run is then not the uninterrupted one).
+    """
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Remove an earlier run's checkpoints and logs from output_dir and start over."},
+    )
+    resume_allow_missing_state: bool = field(
+        default=False,
+        metadata={"help": "Resume from a checkpoint lacking some state (it starts from scratch) instead of failing."},
+    )
+
+
+@dataclass
+class SNRFilteredGRPOConfig(
+    SNRFilterArguments,
+    MIDiagnosticsArguments,
+    GradientReportArguments,
+    VLLMEngineArguments,
+    RunFolderArguments,
+    GRPOConfig,
+):
+    r"""
+    Configuration class for [`SNRFilteredGRPOTrainer`]: every [`~trl.GRPOConfig`] field, plus the RAGEN-2
+    SNR-aware filtering fields documented in [`SNRFilterArguments`], the MI diagnostics fields documented in
+    [`MIDiagnosticsArguments`], the gradient report fields of [`GradientReportArguments`] and the output folder
+    and resume fields of [`RunFolderArguments`].
+
+    > [!NOTE]
+    > The paper trains with P = 8 prompts x G = 16 rollouts per iteration, actor lr 1e-6, clip 0.2 / 0.28, entropy
+    > coefficient 0.001 and no KL in the main tables; those are TRL fields (`num_generations`, `learning_rate`,
+    > `epsilon`, `epsilon_high`, `beta`), left at TRL's defaults here and set by the recipes.
+    """
+
+    def __post_init__(self):
+        check_field_types(self)  # a YAML number or list skips argparse's conversion: checked before anything reads it
+        super().__post_init__()
+        self.validate_reward_variance_fields()
+        self.mi_diagnostics_config()  # validates the mi_* fields
+        self.validate_vllm_engine_fields()
+        check_report_settings(self, sharded=False)  # the trainer checks the sharding
+        if self.reward_variance_filtering is not None and self.num_generations < 2:
+            raise ValueError(
+                f"reward_variance_filtering={self.reward_variance_filtering!r} needs prompt groups, but "
+                f"num_generations={self.num_generations}; set num_generations >= 2 (the paper uses 16) or "
+                "reward_variance_filtering=None"
+            )
