@@ -5,12 +5,6 @@ Greedy decoding makes the two backends comparable token for token: both run floa
 logits are within float32 error of each other, which the random tiny model does not produce on these prompts.
 """
 
-import os
-
-
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-
 import pytest
 import torch
 
@@ -19,17 +13,6 @@ pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm")
 
 from trl_ragen2 import EngineGeneration, ModelGeneration  # noqa: E402
-from trl_ragen2.models.tiny import VLLM_CPU_SIZES, tiny_model_path  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def path():
-    return tiny_model_path(seed=0, **VLLM_CPU_SIZES)
-
-
-@pytest.fixture(scope="module")
-def llm(path):
-    return vllm.LLM(path, dtype="float32", max_model_len=256, seed=0, enforce_eager=True)
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +36,7 @@ def load_model(path):
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
-def test_greedy_replies_equal_transformers_generate(llm, tokenizer, path):
-    model = load_model(path)
+def test_greedy_replies_equal_transformers_generate(llm, tokenizer, model):
     engine_replies, logprobs = EngineGeneration(llm, temperature=0.0)(prompts(), 12)
     model_replies, _ = ModelGeneration(model, tokenizer, temperature=0.0)(prompts(), 12)
     assert logprobs is None

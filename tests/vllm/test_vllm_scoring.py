@@ -1,14 +1,8 @@
 """`VLLMCrossScorer` on a real engine (vLLM's CPU build) against `TransformersCrossScorer` on the same weights.
 
-One in-process engine per module (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), float32 like the transformers model, on the
-tiny model with 2 heads of 32 (vLLM's CPU attention has no head size 16).
+The engine and the model are the fixtures of `tests/vllm/conftest.py`: one in-process float32 engine per module on the
+tiny model with 2 heads of 32, and the same weights in transformers.
 """
-
-import os
-
-
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 import pytest
 import torch
@@ -22,27 +16,9 @@ from trl_ragen2.collapse.scoring import (  # noqa: E402
     VLLMCrossScorer,
     supports_token_id_scoring,
 )
-from trl_ragen2.models.tiny import VLLM_CPU_SIZES, tiny_model_path  # noqa: E402
 
 
 FLOAT32_TOLERANCE = 1e-4  # nats per pair; measured up to 2e-6 on chains of 3 to 30 tokens
-
-
-@pytest.fixture(scope="module")
-def path():
-    return tiny_model_path(seed=0, **VLLM_CPU_SIZES)
-
-
-@pytest.fixture(scope="module")
-def llm(path):
-    return vllm.LLM(path, dtype="float32", max_model_len=512, seed=0, enforce_eager=True)
-
-
-@pytest.fixture(scope="module")
-def model(path):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
 def random_pairs(seed, num_contexts=5, num_chains=7):
