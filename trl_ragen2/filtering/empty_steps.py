@@ -112,7 +112,8 @@ class EmptyStepGuard(TrainerCallback):
             control.should_training_stop = True
             if not self.stop_reported:
                 self.stop_reported = True
-                cause = self.trainer.filtered_generation.empty_cause
+                generation = self.trainer.filtered_generation
+                cause = generation.empty_cause if generation is not None else None
                 logger.warning(empty_patience_message(consecutive, state.global_step, cause))
         return control
 
