@@ -28,10 +28,15 @@ seed sets the warm start, shared by the runs of that seed, and the sampling). On
 `--pool` prints the table (final values = mean of the last two diagnostics; filtered - unfiltered paired by seed
 with a t interval) and writes `docs/figures/template_collapse_*.png`.
 
+The filtered arm sets `reward_variance_empty_patience=0`, so every run trains all its steps. Results and conclusions:
+`docs/template_collapse_experiment.md`.
+
     python benchmarks/template_collapse.py --quick                              # one cell, one seed (a minute)
     python benchmarks/template_collapse.py --cells all --seeds 0 1 2 3 4 --out_dir runs/collapse   # the sweep
     python benchmarks/template_collapse.py --pool runs/collapse                 # the table and the figures
     python benchmarks/template_collapse.py --cells ent0.1-kl0-filtered --seeds 0  # a single run
+
+Several processes can share one sweep (the same command in each): every run is claimed once, by a `.running` file.
 """
 
 from __future__ import annotations
@@ -400,6 +405,8 @@ def plot_plane(runs: list[dict], path: Path) -> None:
             label = f"entropy_coef={coef:g}, {'filtered' if filtered else 'unfiltered'}"
             ax.scatter([g["cond_entropy"] for g in group], [g["mi_est"] for g in group], marker=marker,
                        color=f"C{k}", label=label, alpha=0.8)  # fmt: skip
+    starts = {r["seed"]: (r["series"]["cond_entropy"][0][1], r["series"]["mi_est"][0][1]) for r in runs}
+    ax.scatter(*zip(*starts.values(), strict=True), marker="+", s=120, color="black", label="step 1 (each seed)")
     ax.set_xlabel("H(Z|X), nats/token (final)")
     ax.set_ylabel("MI-Est, nats/token (final)")
     ax.grid(alpha=0.3)
