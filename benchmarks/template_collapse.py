@@ -95,8 +95,8 @@ def demonstration(target: str, rng: random.Random) -> str:
 # The library (the only import of names below the top level: fix the paths here if modules move)
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer, make_tiny_model, make_tiny_tokenizer  # noqa: E402
-from trl_ragen2.mi_uncertainty import student_t_quantile  # noqa: E402
-from trl_ragen2.tiny import CPU_TRAINING_KWARGS  # noqa: E402
+from trl_ragen2.collapse.mi_uncertainty import student_t_quantile  # noqa: E402
+from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS  # noqa: E402
 
 
 def render_prompt(tokenizer, user: str) -> str:
