@@ -68,6 +68,24 @@ def template_share(share: float):
     return write
 
 
+def imitation_step(model, optimizer, pairs: list[tuple[list[int], list[int]]], pad_token_id: int) -> torch.Tensor:
+    """One AdamW step of cross-entropy on (input ids, reply ids) pairs, right-padded into one batch; the loss covers
+    the reply tokens only. Returns the batch's loss."""
+    width = max(len(x) + len(z) for x, z in pairs)
+    ids = torch.full((len(pairs), width), pad_token_id)  # (B, T), right-padded
+    attention = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)  # -100: no loss on the input and the padding
+    for row, (x, z) in enumerate(pairs):
+        ids[row, : len(x) + len(z)] = torch.tensor(x + z)
+        attention[row, : len(x) + len(z)] = 1
+        labels[row, len(x) : len(x) + len(z)] = torch.tensor(z)
+    loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
 class Kit:
     """The tokenizer, the eight inputs and a scorer setup, shared by the policies of one benchmark."""
 
@@ -106,18 +124,7 @@ class Kit:
                 index = rng.randrange(len(TARGETS))
                 reply = self.tokenizer(write_chain(TARGETS[index], rng) + "</think>", add_special_tokens=False)
                 pairs.append((self.prompts[index], reply["input_ids"] + [self.tokenizer.eos_token_id]))
-            width = max(len(x) + len(z) for x, z in pairs)
-            ids = torch.full((len(pairs), width), self.tokenizer.pad_token_id)
-            attention = torch.zeros_like(ids)
-            labels = torch.full_like(ids, -100)
-            for row, (x, z) in enumerate(pairs):
-                ids[row, : len(x) + len(z)] = torch.tensor(x + z)
-                attention[row, : len(x) + len(z)] = 1
-                labels[row, len(x) : len(x) + len(z)] = torch.tensor(z)
-            loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            loss = imitation_step(model, optimizer, pairs, self.tokenizer.pad_token_id)
         model.eval()
         return loss.item()
 

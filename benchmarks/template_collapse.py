@@ -56,8 +56,10 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
 
 import torch  # noqa: E402
+from reasoning_policies import imitation_step  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -129,18 +131,7 @@ def warm_start(seed: int, work_dir: Path, steps: int = WARM_STEPS) -> str:
             target = rng.choice(TARGETS)
             reply = tokenizer.encode(demonstration(target, rng)) + [tokenizer.eos_token_id]
             pairs.append((prompts[target], reply))
-        width = max(len(x) + len(z) for x, z in pairs)
-        ids = torch.full((len(pairs), width), tokenizer.pad_token_id)  # (B, T), right-padded
-        attention = torch.zeros_like(ids)
-        labels = torch.full_like(ids, -100)  # loss on the reply only
-        for row, (x, z) in enumerate(pairs):
-            ids[row, : len(x) + len(z)] = torch.tensor(x + z)
-            attention[row, : len(x) + len(z)] = 1
-            labels[row, len(x) : len(x) + len(z)] = torch.tensor(z)
-        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        imitation_step(model, optimizer, pairs, tokenizer.pad_token_id)  # loss on the reply only
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
