@@ -86,6 +86,12 @@ def test_pool_refuses_mixed_pipelines_partial_runs_and_repeated_seeds(benchmark,
     again = write(tmp_path, 0, {"base": 1, "warm_start": 4, "grpo_unfiltered": 3, "grpo_filtered": 3})
     with pytest.raises(SystemExit, match="seed 0 is in more than one file"):
         benchmark.pool([first, again])
+    # rollouts and evaluations through vLLM are another pipeline than through transformers' generate
+    through_vllm = write(tmp_path, 1, {"base": 0, "warm_start": 4, "grpo_unfiltered": 3, "grpo_filtered": 3},
+                         generation="vllm")  # fmt: skip
+    with pytest.raises(SystemExit, match=r"different pipeline \(\['generation'\]\)"):
+        benchmark.pool([write(tmp_path, 0, {"base": 0, "warm_start": 4, "grpo_unfiltered": 3, "grpo_filtered": 3},
+                              generation="hf"), through_vllm])  # fmt: skip
     launched_otherwise = write(tmp_path, 1, {"base": 0, "warm_start": 5, "grpo_unfiltered": 3, "grpo_filtered": 3},
                                threads=1, out="s1.json", figures="elsewhere")  # fmt: skip
     assert sorted(benchmark.pool([first, launched_otherwise])["seeds"]) == [0, 1]
