@@ -1,14 +1,23 @@
 # Developer shortcuts. `make test` is what CI runs (after installing `.[dev]`).
-.PHONY: test vllm_tests slow_tests gpu_tests quality style bench
+.PHONY: test vllm_tests slow_vllm_tests slow_tests gpu_tests quality style bench
 
 PYTEST_WORKERS ?= 2
 
+# The vLLM tests' environment builds in the background (niced) while the main suite runs; its log is shown if it fails.
 test:
-	OMP_NUM_THREADS=1 python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not gpu and not vllm" --timeout 900
+	@nice -n 10 bash tests/vllm/build_vllm_venv.sh > .vllm-venv-build.log 2>&1 & build=$$!; \
+	OMP_NUM_THREADS=1 python -m pytest -n $(PYTEST_WORKERS) -m "not slow and not gpu and not vllm" --timeout 900; \
+	suite=$$?; \
+	if ! wait $$build; then cat .vllm-venv-build.log; echo "building the vLLM test environment failed"; exit 1; fi; \
+	tail -n 1 .vllm-venv-build.log; \
+	if [ $$suite -ne 0 ]; then exit $$suite; fi
 	bash tests/vllm/run_vllm_tests.sh
 
 vllm_tests:
 	bash tests/vllm/run_vllm_tests.sh
+
+slow_vllm_tests:
+	bash tests/vllm/run_vllm_tests.sh -m "vllm and slow" --timeout 3600
 
 slow_tests:
 	python -m pytest -m "slow" --timeout 3600

@@ -250,17 +250,23 @@ def warm_start(
 
 
 def grpo(
-    model_dir: str, output_dir: str, args, *, filtered: bool = True, **overrides
+    model_dir: str, output_dir: str, args, *, filtered: bool = True, algorithm: str = "grpo", **overrides
 ) -> tuple[list[dict], object, object]:
-    """`args.grpo_steps` steps of SNRFilteredGRPOTrainer from `model_dir`; returns (per-step logs, trained model,
-    evaluation backend: the trainer's vLLM engine at the eval temperature, or None for transformers' `generate`).
+    """`args.grpo_steps` steps of SNRFilteredGRPOTrainer (`algorithm="ppo"`: SNRFilteredPPOTrainer, its critic
+    initialised from the policy) from `model_dir`; returns (per-step logs, trained model, evaluation backend: the
+    trainer's vLLM engine at the eval temperature, or None for transformers' `generate`).
 
     `filtered` chooses top_p 0.9 (linear, zero-variance groups dropped) or no filter; `overrides` replace any of the
-    config fields below or add others (the seed, MI sample count, `benchmarks/keep_rate_real.py`'s keep-rate
-    settings)."""
+    config fields below or add others (the seed, MI sample count, entropy bonus and KL, the critic's learning rate,
+    `benchmarks/keep_rate_real.py`'s keep-rate settings)."""
     from datasets import Dataset
 
-    from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+    from trl_ragen2 import (
+        SNRFilteredGRPOConfig,
+        SNRFilteredGRPOTrainer,
+        SNRFilteredPPOConfig,
+        SNRFilteredPPOTrainer,
+    )
     from trl_ragen2.agents.generation import TrainerGeneration
     from trl_ragen2.agents.rollout_func import RagenRollout, env_return
     from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS
@@ -279,11 +285,15 @@ def grpo(
     )  # fmt: skip
     if args.generation == "vllm":  # TRL's colocate engine, float32 like the policy; the KV cache from the env var
         fields.update(use_vllm=True, vllm_mode="colocate", vllm_dtype="float32", vllm_enable_sleep_mode=False)
-    config = SNRFilteredGRPOConfig(**{**fields, **overrides})
+    config_class, trainer_class = {
+        "grpo": (SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer),
+        "ppo": (SNRFilteredPPOConfig, SNRFilteredPPOTrainer),
+    }[algorithm]
+    config = config_class(**{**fields, **overrides})
     train = Dataset.from_list(
         build_rows(ENV, "train", args.grpo_prompts * args.grpo_steps, start_index=args.sft_episodes)
     )
-    trainer = SNRFilteredGRPOTrainer(
+    trainer = trainer_class(
         model=model_dir, reward_funcs=env_return, args=config, train_dataset=train,
         rollout_func=RagenRollout(rollout_config(args)),
     )  # fmt: skip

