@@ -12,6 +12,8 @@ step 2 does not, so one run gives
     and with narrower and wider lanes;
 (c) the cheap mode: the same batch with `num_negatives` K in (4, 8), its time and how far its proxies move.
 
+Generation (`--generation`) goes through TRL's vLLM colocate engine where vLLM is installed, transformers' `generate`
+with `--generation hf`; the diagnostics score through transformers either way, so a faster rollout raises (a).
 Scored-token counts are printed beside the cost model of `docs/scaling.md`. Wall time on a shared machine is noisy;
 CPU time (`time.process_time`) is printed too.
 
@@ -25,14 +27,18 @@ import argparse
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB, whatever else runs on the host
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
 
 import torch  # noqa: E402
+from learning_cpu import add_generation_argument, resolve_generation  # noqa: E402
 
 from trl_ragen2.runs.keys import MI_SCOPES  # noqa: E402
 
@@ -53,7 +59,9 @@ def train_two_steps(args, output_dir):
     from trl_ragen2.recipe_utils import build_datasets
 
     rollouts = args.prompts * args.generations
-    config = SNRFilteredGRPOConfig(
+    # --generation vllm: TRL's colocate engine, float32 like the policy; the KV cache from VLLM_CPU_KVCACHE_SPACE
+    engine = dict(use_vllm=True, vllm_mode="colocate", vllm_dtype="float32") if args.generation == "vllm" else {}
+    config = SNRFilteredGRPOConfig(**engine,
         output_dir=output_dir, **{**CPU_TRAINING_KWARGS, "gradient_checkpointing": True},  # as the CPU presets
         num_generations=args.generations,
         per_device_train_batch_size=rollouts, max_steps=2, learning_rate=1e-6, beta=0.0, logging_steps=1,
@@ -139,7 +147,9 @@ def main(argv=None):
     parser.add_argument("--max_tokens_per_turn", type=int, default=24, help="L: generation limit per turn")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
+    add_generation_argument(parser)
     args = parser.parse_args(argv)
+    resolve_generation(args)
     torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as output_dir:

