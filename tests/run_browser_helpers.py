@@ -59,8 +59,9 @@ def tiny_run(folder, tokenizer) -> tuple[SNRFilteredGRPOTrainer, dict[int, list[
     trainer._filter_batch = recording_filter
     decode = tokenizer.decode
 
-    def decode_with_markup(ids, *a, **k):  # every decoded text carries markup and a script
-        return decode(ids, *a, **k) + INJECTED
+    def decode_with_markup(*a, **k):  # every decoded text carries markup and a script
+        out = decode(*a, **k)
+        return [text + INJECTED for text in out] if isinstance(out, list) else out + INJECTED
 
     tokenizer.decode = decode_with_markup
     try:

@@ -169,4 +169,4 @@ def test_the_report_is_written_atomically_and_embeds_in_a_notebook(tmp_path):
     path = build_report(folder)
     assert path == folder / "report.html" and not list(folder.glob("*.tmp-*"))
     frame = notebook_view(folder).data
-    assert frame.startswith('<iframe sandbox="allow-scripts"') and "<script" not in frame  # all of it escaped
+    assert frame.startswith('<div><iframe sandbox="allow-scripts"') and "<script" not in frame  # all of it escaped

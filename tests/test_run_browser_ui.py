@@ -98,6 +98,9 @@ def test_every_view_renders_the_real_run_and_no_model_script_runs(driver, tiny_b
         assert sum(hits) / len(hits) == pytest.approx(logged, abs=1e-6)
         assert len(matrix.find_elements(By.CSS_SELECTOR, "tr.miss")) == sum(h < 1 for h in hits)
         assert matrix.find_elements(By.CSS_SELECTOR, ".pair pre")  # the chain beside its own and its best prompt
+        # every chain ends with the same injected text: the chains of different groups share its trigrams
+        assert len(matrix.find_elements(By.CSS_SELECTOR, ".across pre")) > 1
+        assert matrix.find_elements(By.CSS_SELECTOR, ".across span.shared")
     screenshot(driver, "run_browser_mi.png")
     assert driver.execute_script("return window.__pwned === undefined")
 

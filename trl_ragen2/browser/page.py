@@ -43,7 +43,7 @@ background:#f5f5f5;padding:4px;margin:2px 0;font-size:12px;line-height:1.25}
 .turn{border-top:1px dashed #ccc;margin-top:4px}.lbl{font-size:11px;color:#666;text-transform:uppercase}
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}
 tr.miss td{background:#ffebee}tr.sel td{outline:2px solid #1565c0}
-.pair{display:flex;gap:8px}.pair>div{flex:1;min-width:0}svg text{font-size:10px;fill:#444}
+.pair{display:flex;gap:8px}span.shared{background:#fff59d}.pair>div{flex:1;min-width:0}svg text{font-size:10px;fill:#444}
 """
 
 SCRIPT = r"""
@@ -96,7 +96,8 @@ function chart(series, alarms, opts) {
   for (let i = 0; i <= 4; i++) {
     const y = y0 + (y1 - y0) * i / 4, x = x0 + (x1 - x0) * i / 4;
     const ty = svg("text", {x: 2, y: sy(y) + 3}); ty.textContent = fmt(y); root.appendChild(ty);
-    const tx = svg("text", {x: sx(x) - 10, y: H - 8}); tx.textContent = String(Math.round(x)); root.appendChild(tx);
+    const tx = svg("text", {x: sx(x) - 10, y: H - 8});
+    tx.textContent = x1 - x0 < 20 ? fmt(x) : String(Math.round(x)); root.appendChild(tx);
   }
   for (const a of alarms || []) {
     if (a < x0 || a > x1) continue;
@@ -115,6 +116,9 @@ function chart(series, alarms, opts) {
     const dash = s.role === "eval" ? "6 3" : s.role === "reference" ? "2 2" : s.run ? "8 2 2 2" : "";
     root.appendChild(svg("polyline", {points: pts, fill: "none", stroke: s.color, "stroke-width": 1.4,
                                       "stroke-dasharray": dash, class: "series"}));
+    if (s.points.length <= 60) {  // sparse lines (the MI diagnostics every few steps): mark each point
+      for (const p of s.points) root.appendChild(svg("circle", {cx: sx(p[0]), cy: sy(p[1]), r: 2, fill: s.color}));
+    }
   }
   return root;
 }
@@ -301,8 +305,44 @@ function matrixView(run, rec, scope) {
   });
   box.appendChild(table);
   box.appendChild(detail);
+  box.appendChild(acrossPrompts(m));
   const first = table.querySelector("tr.miss") || table.querySelectorAll("tr")[1];
   if (first) first.dispatchEvent(new Event("click"));
+  return box;
+}
+
+// One chain per prompt group, side by side; the words of any word trigram that chains of two or more groups share
+// are highlighted: the text template metrics (ragen2/text/*) made visible.
+function acrossPrompts(m) {
+  const firstOfGroup = new Map();
+  arr(m.groups).forEach((g, n) => { if (!firstOfGroup.has(g) && firstOfGroup.size < 6) firstOfGroup.set(g, n); });
+  const chains = [...firstOfGroup.entries()].map(([g, n]) => [g, text(arr(m.chains)[n]).slice(0, 3000)]);
+  const tokens = chains.map(([, c]) => c.split(/(\s+)/));
+  const groupsOf = new Map();
+  tokens.forEach((toks, i) => {
+    const words = toks.filter(t => t && !/^\s+$/.test(t));
+    for (let w = 0; w + 2 < words.length; w++) {
+      const key = words.slice(w, w + 3).join(" ");
+      if (!groupsOf.has(key)) groupsOf.set(key, new Set());
+      groupsOf.get(key).add(i);
+    }
+  });
+  const box = el("div", "across", el("h4", null, "The same template across prompts? One chain per group; word " +
+    "trigrams shared with another group's chain highlighted"));
+  const row = el("div", "pair");
+  tokens.forEach((toks, i) => {
+    const words = [], positions = [];
+    toks.forEach((t, p) => { if (t && !/^\s+$/.test(t)) { words.push(t); positions.push(p); } });
+    const shared = new Set();
+    for (let w = 0; w + 2 < words.length; w++) {
+      if (groupsOf.get(words.slice(w, w + 3).join(" ")).size > 1) { shared.add(w); shared.add(w + 1); shared.add(w + 2); }
+    }
+    const pre = el("pre");
+    const isShared = new Set([...shared].map(w => positions[w]));
+    toks.forEach((t, p) => pre.appendChild(isShared.has(p) ? el("span", "shared", t) : document.createTextNode(t)));
+    row.appendChild(el("div", null, el("div", "lbl", "group " + chains[i][0]), pre));
+  });
+  box.appendChild(row);
   return box;
 }
 

@@ -61,7 +61,7 @@ def notebook_view(run_dirs, height: int = 800, **kwargs):
 
     page = report_html(run_dirs, **kwargs)
     frame = (
-        f'<iframe sandbox="allow-scripts" style="width:100%;height:{int(height)}px;border:1px solid #ccc" '
-        f'srcdoc="{html.escape(page, quote=True)}"></iframe>'
+        f'<div><iframe sandbox="allow-scripts" style="width:100%;height:{int(height)}px;border:1px solid #ccc" '
+        f'srcdoc="{html.escape(page, quote=True)}"></iframe></div>'
     )
     return HTML(frame)
