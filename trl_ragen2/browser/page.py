@@ -312,7 +312,7 @@ function matrixView(run, rec, scope) {
 }
 
 // One chain per prompt group, side by side; the words of any word trigram that chains of two or more groups share
-// are highlighted: the text template metrics (ragen2/text/*) made visible.
+// are highlighted: the text template metrics made visible.
 function acrossPrompts(m) {
   const firstOfGroup = new Map();
   arr(m.groups).forEach((g, n) => { if (!firstOfGroup.has(g) && firstOfGroup.size < 6) firstOfGroup.set(g, n); });
