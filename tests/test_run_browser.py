@@ -170,3 +170,24 @@ def test_the_report_is_written_atomically_and_embeds_in_a_notebook(tmp_path):
     assert path == folder / "report.html" and not list(folder.glob("*.tmp-*"))
     frame = notebook_view(folder).data
     assert frame.startswith('<div><iframe sandbox="allow-scripts"') and "<script" not in frame  # all of it escaped
+
+
+def test_curves_carry_the_intervals_the_alarm_and_the_regime_plane(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    records = []
+    for step in range(1, 6):
+        record = {"step": step, keys.alarm_key("fired"): float(step == 4)}
+        for name, value in (("mi_est", 0.2 / step), ("mi_est_ci_low", 0.1 / step), ("mi_est_ci_high", 0.3 / step),
+                            ("cond_entropy", 1.0)):  # fmt: skip
+            record[keys.mi_key("first_turn", name)] = value
+        records.append(record)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = load_run(folder)
+    assert run["alarms"] == [4]
+    (panel,) = [p for p in run["curves"] if p["title"] == "MI-Est"]
+    (line,) = panel["series"]
+    assert panel["alarms"] and line["band"][0] == [1, 0.1, 0.3]
+    (plane,) = run["regimes"]
+    assert plane["scope"] == "first_turn" and plane["points"][0][:3] == [1, 1.0, 0.2]
+    assert plane["points"][-1][3] == "template collapse"  # MI-Est 0.04 < 0.05 while H(Z|X) = 1 > 0.5

@@ -114,3 +114,24 @@ def test_a_10000_step_run_opens_in_under_two_seconds(driver, tmp_path):
     render_ms = int(driver.execute_script("return document.body.dataset.renderMs"))
     print(f"10,000-step page: {page.stat().st_size / 2**20:.2f} MiB, opened in {seconds:.2f} s, script {render_ms} ms")  # noqa: T201
     assert seconds < 2.0
+
+
+@pytest.mark.browser
+def test_two_runs_side_by_side_step_aligned(driver, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    synthetic_run = load_benchmark("sample_log_cost").synthetic_run
+    synthetic_run(tmp_path / "filtered", 50, samples_every=5)
+    synthetic_run(tmp_path / "unfiltered", 50, samples_every=10)
+    open_page(driver, build_report([tmp_path / "filtered", tmp_path / "unfiltered"], tmp_path / "compare.html"))
+    legend = driver.find_element(By.CSS_SELECTOR, "#view-curves .panel .legend").get_attribute("textContent")
+    assert "[filtered]" in legend and "[unfiltered]" in legend  # both runs on the same axes
+    steps = show(driver, "view-steps")
+    Select(driver.find_element(By.ID, "step-select")).select_by_value("15")
+    columns = steps.find_elements(By.CSS_SELECTOR, ".col")
+    assert [c.find_element(By.TAG_NAME, "h3").text for c in columns] == ["filtered", "unfiltered"]
+    notes = [c.find_element(By.CSS_SELECTOR, ".notes").text for c in columns]
+    assert notes[0].startswith("step 15:") and notes[1].startswith("step 10 (nearest logged before 15)")
+    assert all(c.find_elements(By.CSS_SELECTOR, ".group.kept") and c.find_elements(By.CSS_SELECTOR, ".group.dropped")
+               for c in columns)  # fmt: skip
