@@ -127,7 +127,11 @@ def test_a_failed_write_leaves_no_partial_line(tmp_path, monkeypatch):
 def test_turns_keep_the_environment_the_reasoning_and_the_answer_apart(tmp_path, tiny_tokenizer):
     from trl_ragen2.grpo.sample_log import SampleRecorder
 
-    parts = ["<think>go left</think><answer>Left</answer>", "\nTurn 2:\n#_O\n#P#\n", "<think>then up</think><answer>Up"]
+    parts = [
+        "<think>go left</think><answer>Left</answer>",
+        "\nTurn 2:\n#_O\n#P#\n",
+        "<think>then up</think><answer>Up",
+    ]
     ids = [tiny_tokenizer.encode(part, add_special_tokens=False) for part in parts]
     first, second = len(ids[0]), len(ids[0]) + len(ids[1])
     spans = [(0, first), (second, second + len(ids[2]))]  # the model's two turns; the grid is the environment's

@@ -453,7 +453,8 @@ class GradientReportArguments:
 @dataclass
 class RunFolderArguments:
     r"""
-    One run per output_dir, and resumes that are exact or refused (`trl_ragen2.runs.checkpoints`).
+    One run per output_dir, and resumes that are exact or refused (`trl_ragen2.runs.checkpoints`); the sample log
+    written into it (`trl_ragen2.runs.samples`).
 
     Parameters:
         overwrite_output_dir (`bool`, *optional*, defaults to `False`):
@@ -515,8 +516,8 @@ class SNRFilteredGRPOConfig(
     r"""
     Configuration class for [`SNRFilteredGRPOTrainer`]: every [`~trl.GRPOConfig`] field, plus the RAGEN-2
     SNR-aware filtering fields documented in [`SNRFilterArguments`], the MI diagnostics fields documented in
-    [`MIDiagnosticsArguments`], the gradient report fields of [`GradientReportArguments`] and the output folder
-    and resume fields of [`RunFolderArguments`].
+    [`MIDiagnosticsArguments`], the gradient report fields of [`GradientReportArguments`], and the output folder,
+    resume and sample log fields of [`RunFolderArguments`].
 
     > [!NOTE]
     > The paper trains with P = 8 prompts x G = 16 rollouts per iteration, actor lr 1e-6, clip 0.2 / 0.28, entropy
