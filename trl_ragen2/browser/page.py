@@ -88,6 +88,7 @@ function chart(series, alarms, opts) {
   if (!xs.length) return null;
   let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
   if (opts && opts.hlines) for (const h of opts.hlines) { y0 = Math.min(y0, h); y1 = Math.max(y1, h); }
+  if (opts && opts.vlines) for (const v of opts.vlines) { x0 = Math.min(x0, v); x1 = Math.max(x1, v); }
   if (x1 === x0) { x0 -= 1; x1 += 1; }
   if (y1 === y0) { y0 -= 1; y1 += 1; }
   const sx = x => L + (x - x0) / (x1 - x0) * (W - L - R), sy = y => H - B - (y - y0) / (y1 - y0) * (H - Tp - B);
@@ -106,6 +107,9 @@ function chart(series, alarms, opts) {
   }
   for (const h of (opts && opts.hlines) || []) {
     root.appendChild(svg("line", {x1: L, x2: W - R, y1: sy(h), y2: sy(h), stroke: "#999", "stroke-dasharray": "2 2"}));
+  }
+  for (const v of (opts && opts.vlines) || []) {
+    root.appendChild(svg("line", {x1: sx(v), x2: sx(v), y1: Tp, y2: H - B, stroke: "#999", "stroke-dasharray": "2 2"}));
   }
   for (const s of series) {
     if (s.band && s.band.length) {
@@ -159,7 +163,7 @@ function renderCurves() {
       const pts = g.points;
       const series = [{label: "run path", role: "train", color: COLORS[r * 4 % COLORS.length],
                        points: pts.map(p => [p[1], p[2]])}];
-      const c = chart(series, [], {hlines: [g.mi_threshold]});
+      const c = chart(series, [], {hlines: [g.mi_threshold], vlines: [g.entropy_threshold]});
       const last = pts[pts.length - 1];
       box.appendChild(el("div", "panel regime",
         el("h3", null, `Reasoning regime, ${g.scope} [${run.name}]: x = H(Z|X), y = MI-Est`), c,
