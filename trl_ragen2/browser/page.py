@@ -240,7 +240,8 @@ function renderSteps() {
       if (!rec) { col.appendChild(el("p", null, "no logged step at or before " + step)); cols.appendChild(col); continue; }
       const kept = rec.groups.filter(g => g.kept !== false).length;
       col.appendChild(el("div", "notes", `step ${rec.step}${rec.step !== step ? " (nearest logged before " + step + ")" : ""}: ` +
-        `${rec.groups.length} of ${text(rec.num_groups)} groups logged, ${kept} kept by the filter (${text(rec.filter)})` +
+        `${rec.groups.length} of ${text(rec.num_groups)} groups logged, ` +
+        (rec.filter ? `${kept} kept by the filter (${text(rec.filter)})` : "no filter: every group trains") +
         `; sorted by reward variance`));
       const groups = rec.groups.slice().sort((a, b) => score(b.variance) - score(a.variance));
       for (const g of groups) col.appendChild(groupCard(g, rec.group_size));
