@@ -34,3 +34,14 @@ def tiny_model(tiny_tokenizer):
     from trl_ragen2.models.tiny import make_tiny_model
 
     return make_tiny_model(tiny_tokenizer, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_browser_run(tmp_path_factory, tiny_tokenizer):
+    """One real tiny-model run with the sample log and MI at every step, shared by the sample log and browser tests:
+    `(trainer, {step: kept flag per group}, output_dir)` (see `tests/run_browser_helpers.py`)."""
+    from .run_browser_helpers import tiny_run
+
+    folder = tmp_path_factory.mktemp("tiny_browser_run")
+    trainer, kept = tiny_run(folder, tiny_tokenizer)
+    return trainer, kept, folder / "out"

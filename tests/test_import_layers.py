@@ -83,21 +83,26 @@ def test_filtering_mi_and_the_run_log_readers_need_no_trainer_stack(tmp_path):
     logs = load_run_logs(".")
     assert summarize(logs.records) and panel_data(logs)
     assert main(["summary", "."]) == 0
+    assert main(["view", "."]) == 0  # the run browser's page (trl_ragen2.browser)
     """
     result = run_without(TRAINER_STACK, code, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "kept_fraction" in result.stdout  # the summary printed the run's metrics
+    assert (tmp_path / "report.html").is_file()
 
 
 def test_the_run_log_readers_need_no_torch(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 0.5}) + "\n")
+    (tmp_path / "samples.jsonl").write_text(json.dumps({"step": 1, "version": 1, "groups": []}) + "\n")
     code = """
     import trl_ragen2
     from trl_ragen2.cli import main
     from trl_ragen2.runs.logs import load_run_logs, summarize
+    from trl_ragen2.runs.samples import read_samples
 
     assert trl_ragen2.__version__
     assert summarize(load_run_logs(".").records)
+    assert read_samples("samples.jsonl")[0][0]["step"] == 1
     assert main(["summary", ".", "--json"]) == 0
     """
     result = run_without(("torch", *TRAINER_STACK), code, tmp_path)

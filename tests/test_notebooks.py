@@ -203,6 +203,10 @@ def test_snr_filtering_quickstart_runs(notebook_env):
         assert line and int(line.group(1)) == 3, text
     output_dir = notebook_env / "outputs" / "snr_filtering_quickstart"
     assert (output_dir / "warm-start" / "config.json").exists()
+    (report,) = tagged(notebook, "report")  # the run browser's page, in a sandboxed iframe
+    (page,) = [o["data"]["text/html"] for o in report.outputs if "text/html" in o.get("data", {})]
+    assert '<iframe sandbox="allow-scripts"' in page and "report-data" in page
+    assert (output_dir / "snr-grpo" / "samples.jsonl").is_file()
 
 
 def test_webshop_agent_runs(notebook_env):

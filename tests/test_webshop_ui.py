@@ -1,9 +1,6 @@
 """WebShop web UI: page flow through Flask's test client, safety defaults, replay, and a headless Chromium run."""
 
-import os
 import re
-import shutil
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -16,12 +13,11 @@ pytest.importorskip("flask")
 from trl_ragen2_envs.webshop import WebShopEnv  # noqa: E402
 from trl_ragen2_envs.webshop.server import DEFAULT_HOST, build_parser, create_app  # noqa: E402
 
+from .chromium import CHROMIUM_FLAGS, chromium_and_driver  # noqa: E402
 from .webshop_data import index_cache_dir  # noqa: E402
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -122,31 +118,9 @@ def test_missing_flask_names_the_extra(monkeypatch):
 # Headless Chromium
 
 
-def _chromium_and_driver() -> tuple[str, str]:
-    """Paths of Debian's chromium and chromedriver, installing them (and selenium) when missing and possible."""
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "selenium>=4.20"], capture_output=True, text=True
-        )
-        if result.returncode != 0:
-            pytest.skip(f"selenium is not installed and pip could not install it: {result.stderr[-300:]}")
-    if not (shutil.which("chromium") and shutil.which("chromedriver")):
-        if os.name != "posix" or os.geteuid() != 0 or not shutil.which("apt-get"):
-            pytest.skip("chromium/chromedriver are missing and cannot be installed here (needs root and apt-get)")
-        install = ["apt-get", "install", "-y", "-q", "chromium", "chromium-driver"]
-        if subprocess.run(install, capture_output=True).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], capture_output=True)
-            result = subprocess.run(install, capture_output=True, text=True)
-            if result.returncode != 0:
-                pytest.skip(f"apt-get could not install chromium: {result.stderr[-300:]}")
-    return shutil.which("chromium"), shutil.which("chromedriver")
-
-
 @pytest.mark.browser
 def test_shopping_in_headless_chromium(env_kwargs, tmp_path, monkeypatch):
-    chromium, chromedriver = _chromium_and_driver()
+    chromium, chromedriver = chromium_and_driver()
     monkeypatch.setenv("SE_OFFLINE", "true")  # never let Selenium Manager look for drivers online
     from selenium import webdriver
     from selenium.common.exceptions import StaleElementReferenceException

@@ -5,6 +5,8 @@ trl-ragen2 plot out/webshop-grpo                  # PNGs into out/webshop-grpo/p
 trl-ragen2 plot out/webshop-grpo --scope first_turn --proxy mi_zscore --mi-threshold 1.0
 trl-ragen2 summary out/webshop-grpo               # last / mean / best of the key metrics
 trl-ragen2 summary out/webshop-grpo --json        # the same as JSON, for CI
+trl-ragen2 view out/webshop-grpo                  # out/webshop-grpo/report.html: curves, steps, MI retrieval
+trl-ragen2 view out/filtered out/unfiltered --out compare.html
 trl-ragen2 data webshop small                     # download WebShop's 1k set, convert it, cache it
 trl-ragen2 data webshop small --from ~/WebShop    # import a copy you already have
 ```
@@ -181,6 +183,41 @@ def _run_summary(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# view
+
+
+def _add_view(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "view",
+        help="write a self-contained HTML report of a run (curves, logged steps, MI retrieval), or compare two",
+        description="Write one static HTML file (no server, no network) showing a run's curves, the groups of its "
+        "logged steps (what the model wrote, what the filter kept) and the MI diagnostics' retrievals, from its "
+        "logs and samples.jsonl. With two runs, both are shown step by step side by side.",
+    )
+    parser.add_argument("runs", metavar="RUN_DIR", nargs="+", help="the run's output_dir (a second one to compare)")
+    parser.add_argument("--out", metavar="FILE", help="where to write the page (default: RUN_DIR/report.html)")
+    parser.add_argument(
+        "--max-sample-steps",
+        type=int,
+        default=100,
+        help="logged steps the page holds at most, evenly spread (default: 100)",
+    )
+    parser.set_defaults(handler=_run_view)
+
+
+def _run_view(args) -> int:
+    from .browser.report import build_report
+
+    if len(args.runs) > 2:
+        return _error("view", f"give one run, or two to compare; got {len(args.runs)}")
+    if args.max_sample_steps < 1:
+        return _error("view", f"--max-sample-steps must be >= 1, got {args.max_sample_steps}")
+    path = build_report(args.runs, args.out, max_sample_steps=args.max_sample_steps)
+    print(path)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # data
 
 
@@ -271,7 +308,7 @@ def _run_data_webshop(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `trl-ragen2` argument parser, with its `plot`, `summary` and `data` commands."""
+    """The `trl-ragen2` argument parser, with its `plot`, `summary`, `view` and `data` commands."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="RAGEN-2 for TRL: look at training runs (MI diagnostics, SNR filtering, rewards) and prepare "
@@ -281,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     _add_plot(subparsers)
     _add_summary(subparsers)
+    _add_view(subparsers)
     _add_data(subparsers)
     return parser
 

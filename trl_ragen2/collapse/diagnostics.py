@@ -205,6 +205,9 @@ class MIDiagnostics:
         self.scorer = scorer
         self.ema = {scope: MIZScoreEMA(self.config.ema_alpha) for scope in self.config.scopes}
         self.next_step = 1  # 1-indexed optimizer step at which the diagnostics run next
+        # The matrices of the last run, for the sample log (`trl_ragen2.grpo.sample_log`); replaced at each run
+        self.last_step: int | None = None
+        self.last_results: dict[str, ScopeResult] = {}
         self._warned: set[str] = set()
         self.metric_keys = (*mi_metric_keys(self.config.ks), *EMA_KEYS, *COUNT_KEYS, *uncertainty_keys(self.config.ks))
 
@@ -297,6 +300,7 @@ class MIDiagnostics:
         infos, offset, errors = gather_rows(local, error, group)
         memo = ScoreMemo()  # scores shared by the scopes of this batch
         metrics = {}
+        self.last_step, self.last_results = step, {}
         if self.config.text_metrics:  # ragen2/text/...: text template metrics of the same batch
             text, text_error = batch_text_metrics(local, builder, group, error)
             metrics.update({text_key(key): value for key, value in text.items()})
@@ -322,6 +326,7 @@ class MIDiagnostics:
                     sync_forwards=sync_forwards,
                     memo=memo,
                 )
+            self.last_results[scope] = result
             metrics.update(
                 {mi_key(scope, key): value for key, value in self._scope_metrics(scope, result, step).items()}
             )

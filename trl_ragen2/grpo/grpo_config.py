@@ -20,6 +20,7 @@ from ..collapse.grad_report import check_report_settings
 from ..filtering.keep_rate import AUTO, AUTO_OFF_BELOW, AUTO_ON_ABOVE, AUTO_SMOOTHING, SCHEDULES, KeepRateControl
 from ..filtering.selection import SCORE_METRICS, SELECTION_EPS_MODES, STRATEGIES, TOP_P_MODES, check_top_k
 from ..models.vllm_cpu import VLLMEngineArguments
+from ..runs.samples import SampleLogSettings
 from .config_types import check_field_types
 
 
@@ -452,7 +453,8 @@ class GradientReportArguments:
 @dataclass
 class RunFolderArguments:
     r"""
-    One run per output_dir, and resumes that are exact or refused (`trl_ragen2.runs.checkpoints`).
+    One run per output_dir, and resumes that are exact or refused (`trl_ragen2.runs.checkpoints`); the sample log
+    written into it (`trl_ragen2.runs.samples`).
 
     Parameters:
         overwrite_output_dir (`bool`, *optional*, defaults to `False`):
@@ -462,6 +464,15 @@ class RunFolderArguments:
             A resume from a checkpoint that is incomplete, or lacks state this run uses (optimizer, scheduler, RNG,
             filter, MI or critic state), is an error naming the file; with `True` it resumes with a warning, and
             what is missing starts from scratch (the run is then not the uninterrupted one).
+        sample_log_groups (`int`, *optional*, defaults to `4`):
+            The sample log (`<output_dir>/samples.jsonl`, read by `trl-ragen2 view`): at most this many prompt groups
+            per logged step, with their prompt, every rollout's turns, rewards, variance and whether the filter kept
+            them, plus the cross-scoring matrix of each MI-diagnosed step. `0` turns it off (the MI matrices too).
+        sample_log_every_n_steps (`int`, *optional*, defaults to `5`):
+            Log the groups at step 1 and every this many optimizer steps (the MI diagnostics' own schedule by
+            default, so their steps have both).
+        sample_log_text_limit (`int`, *optional*, defaults to `4000`):
+            Each logged text is cut to this many characters (prompts and contexts keep their end).
     """
 
     overwrite_output_dir: bool = field(
@@ -472,6 +483,25 @@ class RunFolderArguments:
         default=False,
         metadata={"help": "Resume from a checkpoint lacking some state (it starts from scratch) instead of failing."},
     )
+    sample_log_groups: int = field(
+        default=SampleLogSettings.groups,
+        metadata={"help": "Prompt groups per logged step in samples.jsonl (0: no sample log)."},
+    )
+    sample_log_every_n_steps: int = field(
+        default=SampleLogSettings.every_n_steps,
+        metadata={"help": "Log sample groups at step 1 and every N optimizer steps."},
+    )
+    sample_log_text_limit: int = field(
+        default=SampleLogSettings.text_limit,
+        metadata={"help": "Characters kept of each text in the sample log."},
+    )
+
+    def sample_log_settings(self) -> SampleLogSettings:
+        """The sample log's bounds (`trl_ragen2.runs.samples.SampleLogSettings`); raises naming a bad field."""
+        try:
+            return SampleLogSettings(self.sample_log_groups, self.sample_log_every_n_steps, self.sample_log_text_limit)
+        except ValueError as error:
+            raise ValueError(str(error).replace("sample log ", "sample_log_")) from None
 
 
 @dataclass
@@ -486,8 +516,8 @@ class SNRFilteredGRPOConfig(
     r"""
     Configuration class for [`SNRFilteredGRPOTrainer`]: every [`~trl.GRPOConfig`] field, plus the RAGEN-2
     SNR-aware filtering fields documented in [`SNRFilterArguments`], the MI diagnostics fields documented in
-    [`MIDiagnosticsArguments`], the gradient report fields of [`GradientReportArguments`] and the output folder
-    and resume fields of [`RunFolderArguments`].
+    [`MIDiagnosticsArguments`], the gradient report fields of [`GradientReportArguments`], and the output folder,
+    resume and sample log fields of [`RunFolderArguments`].
 
     > [!NOTE]
     > The paper trains with P = 8 prompts x G = 16 rollouts per iteration, actor lr 1e-6, clip 0.2 / 0.28, entropy
@@ -501,6 +531,7 @@ class SNRFilteredGRPOConfig(
         self.validate_reward_variance_fields()
         self.mi_diagnostics_config()  # validates the mi_* fields
         self.validate_vllm_engine_fields()
+        self.sample_log_settings()  # validates the sample_log_* fields
         check_report_settings(self, sharded=False)  # the trainer checks the sharding
         if self.reward_variance_filtering is not None and self.num_generations < 2:
             raise ValueError(

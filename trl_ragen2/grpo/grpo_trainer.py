@@ -9,7 +9,8 @@ each calling `super()`:
   hands the entropies to the normalisation below);
 - `_calculate_rewards`: keeps the gathered (global) raw rewards, identical on every process;
 - `_generate_and_score_completions`: selects groups from those rewards and drops the other rows (before that, the
-  MI diagnostics and, when on, the gradient SNR report of `trl_ragen2.collapse.grad_report` see the whole batch);
+  MI diagnostics and, when on, the gradient SNR report of `trl_ragen2.collapse.grad_report` see the whole batch;
+  after it, the sample log of `trl_ragen2.grpo.sample_log` records a few groups and the filter's choice);
 - `_prepare_inputs`: lays the kept rows out over the micro-steps (full mini-batches, fewer updates);
 - `_compute_loss`: renormalises TRL's micro-batch loss so each optimizer step is plain GRPOTrainer's step on its
   kept rows, and keeps TRL's per-row metrics to the kept rows;
@@ -80,6 +81,7 @@ from ..runs.checkpoints import (
     start_checkpoint,
 )
 from .grpo_config import SNRFilteredGRPOConfig
+from .sample_log import SampleRecorder
 
 
 logger = logging.getLogger(__name__)
@@ -182,6 +184,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             if args.grad_report_every_n_steps
             else None
         )
+        settings = args.sample_log_settings()  # what samples.jsonl keeps (`trl_ragen2.grpo.sample_log`)
+        self.sample_recorder = SampleRecorder(settings, args.output_dir) if settings.groups else None
 
     @property
     def generation_rows(self) -> list[dict] | None:
@@ -294,8 +298,16 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             return batch  # evaluation is never filtered
         self._before_filtering(inputs, batch)
         if self.args.reward_variance_filtering is None:
+            self._record_samples(inputs, batch, None)
             return batch
-        return self._filter_batch(batch)
+        filtered = self._filter_batch(batch)
+        self._record_samples(inputs, batch, self._filtered.keep_groups)
+        return filtered
+
+    def _record_samples(self, inputs: list[dict], batch: dict, keep_groups: torch.Tensor | None) -> None:
+        """The sample log (`trl_ragen2.grpo.sample_log`): the pre-filter batch, and the groups the filter kept."""
+        if self.sample_recorder is not None:
+            self.sample_recorder.on_batch(self, inputs, batch, keep_groups)
 
     def _filter_batch(self, batch: dict) -> dict:
         """Drop the rows of the groups the filter does not keep, and record what it kept (`FilteredGeneration`)."""

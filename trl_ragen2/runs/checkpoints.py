@@ -29,6 +29,8 @@ import shutil
 import zipfile
 from pathlib import Path
 
+from .keys import SAMPLES_FILE
+
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +78,11 @@ def atomic_write_json(path: str | os.PathLike, data, **kwargs) -> None:
     """`json.dump(data)` into `path` through a temporary name and a rename."""
     text = json.dumps(data, **kwargs).encode("utf-8")
     _atomic_write(path, lambda f: f.write(text))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` into `path` through a temporary name and a rename."""
+    _atomic_write(path, lambda f: f.write(data))
 
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
@@ -367,9 +374,11 @@ def previous_run_files(output_dir: str | os.PathLike) -> list[str]:
 
 
 def remove_previous_run(output_dir: str | os.PathLike) -> None:
-    """`overwrite_output_dir=True`: remove the earlier run's checkpoints and logs (the rest of the folder stays)."""
+    """`overwrite_output_dir=True`: remove the earlier run's checkpoints, logs and sample log (the rest of the folder
+    stays)."""
     output_dir = Path(output_dir)
-    for name in previous_run_files(output_dir):
+    samples = output_dir / SAMPLES_FILE  # the sample log goes with the run (it never marks one: a resume appends)
+    for name in previous_run_files(output_dir) + ([SAMPLES_FILE] if samples.is_file() else []):
         path = output_dir / name
         logger.warning("overwrite_output_dir=True: removing %s of an earlier run", path)
         if path.is_dir():

@@ -18,7 +18,8 @@ This module is the one place that spells these names: the writers and the reader
 and figures, the command line, the recipes' report) build their keys here, the leaf names of computed statistics
 come from the functions that compute them (`filter_stats`, `mi_metric_keys`, `TEXT_KEYS`, `ALARM_KEYS`,
 `BUCKET_KEYS`, the episode statistics), and `tests/test_docs.py` checks `docs/metrics.md` against both and fails
-when another module of `trl_ragen2` spells a `ragen2/` key. Standard library only.
+when another module of `trl_ragen2` spells a `ragen2/` key. It also names the sample log's file and the fields of
+its records (`SAMPLE_*`, `docs/run_browser.md`), which are not metrics. Standard library only.
 """
 
 EVAL_PREFIX = "eval_"  # TRL's prefix of every metric recorded in evaluation
@@ -109,3 +110,17 @@ PPO_EXPLAINED_VARIANCE = ppo_key("explained_variance")
 
 # The gradient SNR report's wall time (its per-bucket keys: `grad_bucket_key`)
 GRAD_TIME = GRAD + "time_s"
+
+# ---------------------------------------------------------------------------------------------------------------
+# The sample log (`trl_ragen2.runs.samples`): its file, and the fields of its records (not metrics: no `ragen2/`)
+
+SAMPLES_FILE = "samples.jsonl"  # beside metrics.jsonl in the output_dir
+SAMPLES_VERSION = 1  # `version` of every record; a reader skips records of a newer version it does not know
+
+# One record per sampled or diagnosed step: {"version", "step", "num_groups", "group_size", "groups", "mi"}
+SAMPLE_STEP = "step"  # the optimizer step the batch trains (the step its metrics are logged under)
+SAMPLE_NUM_GROUPS = "num_groups"  # prompt groups in the whole generation batch (the log holds at most N of them)
+SAMPLE_GROUP_SIZE = "group_size"  # rollouts per group (num_generations)
+SAMPLE_GROUPS = "groups"  # [{"index", "prompt", "rewards", "variance", "kept", "rollouts": [{"reward", "turns"}]}]
+SAMPLE_MI = "mi"  # {scope: {"logp", "lengths", "target", "same", "chains", "rows", "contexts", "column_context"}}
+SAMPLE_TURN_FIELDS = ("observation", "reasoning", "answer")  # a turn: what came before it, its reasoning, the rest

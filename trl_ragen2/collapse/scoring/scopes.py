@@ -105,6 +105,12 @@ class ScopeResult:
     lengths: torch.Tensor | None = None  # (N,)
     target: torch.Tensor | None = None  # (N,)
     same: torch.Tensor | None = None  # (N, C) bool
+    # What the matrix scored, for the sample log (full mode only): each chain's reasoning ids and global row, the
+    # distinct contexts' ids, and the distinct context of each column
+    chains: list[list[int]] | None = None  # (N,)
+    rows: list[int] | None = None  # (N,)
+    contexts: list[list[int]] | None = None
+    column_context: list[int] | None = None  # (C,)
     num_dropped_empty: int = 0
     num_unscored: int = 0
     time_s: float = 0.0
@@ -232,13 +238,17 @@ def score_scope(
     own = [entry[2] for entry in complete]
     if num_negatives is None:
         result.logp, result.target, result.same = expand_columns(scores, own, column_context)
+        row_of_draw = {draw.index: draw.row for draw in draws}
+        result.chains = [entry[4] for entry in complete]
+        result.rows = [row_of_draw[entry[0]] for entry in complete]
+        result.contexts, result.column_context = [list(context) for context in contexts], list(column_context)
     else:
         result.logp, result.target = scores, torch.zeros(len(complete), dtype=torch.long)
     return result
 
 
 def _score_local(mine, contexts, column_context, column_of_draw, scorer, *, negatives_fn, sync, memo):
-    """Score this process's chains; returns `[(draw index, length, own column, score row)]`.
+    """Score this process's chains; returns `[(draw index, length, own column, score row, chain ids)]`.
 
     Full mode: the score row is over the distinct contexts (expanded to columns after the gather). Negatives mode
     (`negatives_fn` given): the row is [own, negative_1, ..., negative_K] over distinct contexts. Pairs already in
@@ -267,4 +277,7 @@ def _score_local(mine, contexts, column_context, column_of_draw, scorer, *, nega
         own_column = [0] * len(mine)
     else:
         own_column = [column_of_draw[draw.index] for draw, _ in mine]
-    return [(draw.index, len(chain), own_column[n], scores[n].tolist()) for n, (draw, chain) in enumerate(mine)]
+    return [
+        (draw.index, len(chain), own_column[n], scores[n].tolist(), list(chain))
+        for n, (draw, chain) in enumerate(mine)
+    ]
