@@ -15,6 +15,7 @@ from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
 from trl_ragen2.models.tiny import make_tiny_model
 
 from .exactness import assert_same_gradient, record_gradients
+from .ppo_helpers import ppo_trainer, record_critic_rows
 from .scripted import dataset, parity_reward_for, record_loss_rows, script_generation, tiny_trainer_args
 
 
@@ -117,6 +118,19 @@ def test_within_group_advantages_use_the_kept_rollouts_statistics(tmp_path, tiny
     assert kept.abs().sub(2**-0.5).abs().max() < 1e-3
     assert int((kept > 0).sum()) == 4  # one rollout above and one below the pair's mean in each group
     assert trainer.state.log_history[0]["ragen2/filter/loss_scale"] == 0.5  # k / G, RAGEN's filter_kept_ratio
+
+
+def test_within_group_trains_the_ppo_actor_and_critic_on_the_kept_rollouts(tmp_path, tiny_tokenizer):
+    # parity rewards [0, a, 0, a] per group: k = 2 keeps one 0 and one a (variance a^2 / 2), or two rollouts when
+    # a = 0; every group keeps 2 rows, for the actor's loss and the critic's
+    trainer = ppo_trainer(tmp_path, tiny_tokenizer, reward_variance_filtering="within_group",
+                          reward_variance_within_group_ratio=0.5)  # fmt: skip
+    actor_rows, critic_rows = record_loss_rows(trainer), record_critic_rows(trainer)
+    trainer.train()
+    expected = Counter({"P0:": 2, "P1:": 2, "P2:": 2, "P3:": 2})
+    assert sum((Counter(call) for call in actor_rows), Counter()) == expected
+    assert sum((Counter(call) for call in critic_rows), Counter()) == expected
+    assert trainer.state.log_history[0]["ragen2/filter/kept_rows"] == 8
 
 
 # ---------------------------------------------------------------------------------------------------------------
