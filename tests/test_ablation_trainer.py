@@ -12,7 +12,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-from trl_ragen2.models.tiny import make_tiny_model
+from trl_ragen2.models.tiny import make_tiny_model, tiny_model_path
 
 from .exactness import assert_same_gradient, record_gradients
 from .ppo_helpers import ppo_trainer, record_critic_rows
@@ -118,6 +118,56 @@ def test_within_group_advantages_use_the_kept_rollouts_statistics(tmp_path, tiny
     assert kept.abs().sub(2**-0.5).abs().max() < 1e-3
     assert int((kept > 0).sum()) == 4  # one rollout above and one below the pair's mean in each group
     assert trainer.state.log_history[0]["ragen2/filter/loss_scale"] == 0.5  # k / G, RAGEN's filter_kept_ratio
+
+
+def length_rollout(prompts, trainer):
+    """A rollout_func giving script_generation's completions (lengths 2 ... 5) and length_reward as a field."""
+    tokenizer = trainer.processing_class
+    token, seen = tokenizer.encode("x")[0], Counter()
+    prompt_ids, completion_ids, scores = [], [], []
+    for prompt in prompts:
+        copy_index = seen[prompt] % trainer.num_generations
+        seen[prompt] += 1
+        prompt_ids.append(tokenizer(prompt)["input_ids"])
+        completion_ids.append([token] * (copy_index + 1) + [tokenizer.eos_token_id])
+        scores.append(AMPLITUDES[prompt] * (copy_index + 2))
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None, "score": scores}
+
+
+def test_within_group_selects_before_the_reference_pass_from_rollout_fields(tmp_path, tiny_tokenizer):
+    """With `rollout_field` rewards the within-group selection is known before TRL's reference pass, which then
+    scores the 8 kept rows only; the step is still plain GRPOTrainer's on them (beta > 0)."""
+
+    def score_reward(completions, score, **kwargs):
+        return [float(value) for value in score]
+
+    score_reward.rollout_field = "score"
+    path = tiny_model_path(cache_dir=tmp_path / "models")  # beta > 0 reloads the reference model by name
+    trainer = SNRFilteredGRPOTrainer(
+        model=path,
+        reward_funcs=score_reward,
+        args=tiny_trainer_args(tmp_path / "snr", SNRFilteredGRPOConfig, beta=0.1, mi_diagnostics=False,
+                               reward_variance_filtering="within_group", reward_variance_within_group_ratio=0.5,
+                               **EXACT),
+        train_dataset=dataset(list(AMPLITUDES)),
+        processing_class=tiny_tokenizer,
+        rollout_func=length_rollout,
+    )  # fmt: skip
+    grads = record_gradients(trainer)
+    trainer.train()
+    assert trainer.state.log_history[0]["ragen2/filter/scoring_rows_skipped"] == 8
+    plain = GRPOTrainer(
+        model=path,
+        reward_funcs=[length_reward],
+        args=tiny_trainer_args(tmp_path / "plain", GRPOConfig, beta=0.1, num_generations=2,
+                               per_device_train_batch_size=8, **EXACT),
+        train_dataset=dataset(list(AMPLITUDES)),
+        processing_class=tiny_tokenizer,
+    )  # fmt: skip
+    generate_lengths(plain, lambda prompt, k: (2, 5)[k])
+    reference = record_gradients(plain)
+    plain.train()
+    assert_same_gradient(grads.steps[0], reference.steps[0])
 
 
 def test_within_group_trains_the_ppo_actor_and_critic_on_the_kept_rollouts(tmp_path, tiny_tokenizer):
