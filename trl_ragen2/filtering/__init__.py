@@ -9,6 +9,7 @@
 - `advantages`: advantages TRL defines over the whole batch, recomputed on the kept rows;
 - `batch_utils`: row operations on TRL generation batches (select, trim, cut, placeholders);
 - `micro_steps`: where the kept rows go over the micro-steps, and each micro-step's loss factors;
+- `batch_adjust`: RAGEN's batch-adjust modes (copy, delete, pad) beside this library's layout, for comparison;
 - `generation_state`: one generation's trip through the filter, the object the trainer's overrides share;
 - `empty_steps`: the filter's counters, and the callback that makes an optimizer step without a kept row a no-op.
 
