@@ -27,9 +27,11 @@ The task's settings (turns, actions and tokens per turn) are those at the top of
 whichever `--config` is given; `--config` and the command line override them. Copy that YAML beside the script
 when you copy the script (`parse_recipe_args` looks in `configs/` beside it, then next to it).
 
-`--algorithm ppo` trains with a critic and per-token GAE (`SNRFilteredPPOTrainer`) instead of GRPO's group
-advantage. The algorithm decides which trainer config the other flags fill in, so `parse_recipe_args` parses
-twice: first the script arguments alone, then everything with the chosen config.
+`--algorithm ppo` (or `dapo`) trains with a critic and per-token GAE (`SNRFilteredPPOTrainer`) instead of GRPO's
+group advantage; `--algorithm drgrpo` is GRPO without the std normalisation and with Dr. GRPO's loss (the mapping of
+the paper's Table 4 algorithms: `trl_ragen2.recipe_utils.PAPER_ALGORITHMS`). The algorithm
+decides which trainer config the other flags fill in, so `parse_recipe_args` parses twice: first the script
+arguments alone, then everything with the chosen config.
 """
 
 from trl import ModelConfig, get_peft_config
@@ -82,7 +84,7 @@ def main(script_args: AgentScriptArguments, training_args: SNRFilteredGRPOConfig
     )  # the rows show the prompts the rollout renders
 
     #### Trainer
-    trainer_class = SNRFilteredPPOTrainer if script_args.algorithm == "ppo" else SNRFilteredGRPOTrainer
+    trainer_class = SNRFilteredPPOTrainer if script_args.uses_critic else SNRFilteredGRPOTrainer
     trainer = trainer_class(
         model=model,
         reward_funcs=env_return,  # the trajectory return the rollout computed

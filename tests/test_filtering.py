@@ -409,6 +409,8 @@ def test_relative_margin_is_scale_free_and_keeps_a_group_with_variance(scores, t
     scale = 2.0**exponent
     assume(bool(torch.isfinite(values * scale).all()) and bool(((values * scale == 0) == (values == 0)).all()))
     assume(bool(((values * scale).abs() > ZERO_SCORE_TOL).eq(values.abs() > ZERO_SCORE_TOL).all()))
+    # float32 subnormals (below 1.2e-38) lose bits when multiplied by top_p, so scaling is not exact there
+    assume(bool(((values == 0) | ((values.abs() >= 1e-30) & ((values * scale).abs() >= 1e-30))).all()))
     assume(eps < top_p - 0.01)
 
     def select(s):

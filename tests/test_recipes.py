@@ -143,9 +143,10 @@ def test_recipe_rejects_bad_algorithm(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode != 0
-    assert "algorithm must be one of ('grpo', 'ppo'), got 'dqn'; pass --algorithm grpo or --algorithm ppo" in (
-        result.stderr
-    )
+    assert (
+        "algorithm must be one of ('grpo', 'drgrpo', 'ppo', 'dapo'), got 'dqn'; pass --algorithm grpo or "
+        "--algorithm ppo (or drgrpo, dapo)"
+    ) in result.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------------

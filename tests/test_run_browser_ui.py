@@ -106,14 +106,15 @@ def test_every_view_renders_the_real_run_and_no_model_script_runs(driver, tiny_b
 
 
 @pytest.mark.browser
-def test_a_10000_step_run_opens_in_under_two_seconds(driver, tmp_path):
+def test_a_10000_step_run_renders_every_view(driver, tmp_path):
+    """A long run's page draws (its speed: `benchmarks/run_browser_page.py`)."""
+    from selenium.webdriver.common.by import By
+
     run = tmp_path / "long"
     load_benchmark("sample_log_cost").synthetic_run(run, 10_000, samples_every=100)
-    page = build_report(run)
-    seconds = open_page(driver, page)
-    render_ms = int(driver.execute_script("return document.body.dataset.renderMs"))
-    print(f"10,000-step page: {page.stat().st_size / 2**20:.2f} MiB, opened in {seconds:.2f} s, script {render_ms} ms")  # noqa: T201
-    assert seconds < 2.0
+    open_page(driver, build_report(run))
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#view-curves svg")) > 1
+    assert driver.execute_script("return window.__pwned === undefined")
 
 
 @pytest.mark.browser

@@ -31,7 +31,24 @@ from .runs import keys
 
 logger = logging.getLogger(__name__)
 
-ALGORITHMS = ("grpo", "ppo")
+# The paper's Table 4 algorithms as RAGEN's algorithm comparison runs them (branch `feature/loss_scaling`,
+# scripts/runs/run_main_table_diff_algo.sh), in TRL's terms. `--algorithm` applies these as defaults: the --config
+# YAML and the command line still override them. TRL's loss types against RAGEN's `loss_agg_mode`:
+#   token-mean          -> "dapo"    (token mean over the mini-batch)
+#   seq-mean-token-mean -> "grpo"    (token mean per rollout, then the mean over rollouts)
+#   seq-mean-token-sum  -> "dr_grpo" (token sum per rollout, mean over rollouts, divided by max_completion_length:
+#                                     RAGEN's rule times the constant 1 / max_completion_length)
+# and the advantage: GAE (the critic; SNRFilteredPPOTrainer) for PPO and DAPO, the group advantage for GRPO
+# (`norm_adv_by_std_in_grpo=True`: scale_rewards "group") and DrGRPO (False: "none").
+PAPER_ALGORITHMS = {
+    "grpo": {"loss_type": "grpo", "scale_rewards": "group"},
+    "drgrpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
+    "ppo": {"loss_type": "dapo"},
+    # DAPO's flags in RAGEN's script: clip 0.2 / 0.28, no KL loss, no KL in the reward
+    "dapo": {"loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28, "beta": 0.0, "kl_in_reward": False},
+}
+ALGORITHMS = tuple(PAPER_ALGORITHMS)
+CRITIC_ALGORITHMS = ("ppo", "dapo")  # trained by SNRFilteredPPOTrainer (a critic and GAE)
 TASK_FIELDS = ("max_turns", "max_actions_per_turn", "max_tokens_per_turn")  # each task's YAML sets them
 
 
@@ -43,8 +60,10 @@ class AgentScriptArguments:
 
     Parameters:
         env_config (`str`, defaults to `"{}"`): JSON object of environment constructor keywords.
-        algorithm (`str`, defaults to `"grpo"`): `"grpo"` (SNRFilteredGRPOTrainer) or `"ppo"` (SNRFilteredPPOTrainer:
-            critic + GAE); it decides which trainer config the rest of the command line fills in.
+        algorithm (`str`, defaults to `"grpo"`): the paper's Table 4 algorithm: `"grpo"` or `"drgrpo"`
+            (SNRFilteredGRPOTrainer), `"ppo"` or `"dapo"` (SNRFilteredPPOTrainer: critic + GAE). It decides which
+            trainer config the rest of the command line fills in, and sets RAGEN's loss aggregation and advantage
+            for it (`PAPER_ALGORITHMS`) unless the YAML or the command line sets them.
         num_train_prompts (`int`, defaults to `4096`): Training episodes (rows); each is played `num_generations`
             times per visit.
         num_eval_prompts (`int`, defaults to `512`): Validation episodes, one rollout each (RAGEN: 512).
@@ -60,7 +79,9 @@ class AgentScriptArguments:
     """
 
     env_config: str = field(default="{}", metadata={"help": "JSON object of environment constructor keywords."})
-    algorithm: str = field(default="grpo", metadata={"help": "'grpo' or 'ppo' (critic + GAE)."})
+    algorithm: str = field(
+        default="grpo", metadata={"help": "'grpo', 'drgrpo', 'ppo' or 'dapo' (the last two: critic + GAE)."}
+    )
     num_train_prompts: int = field(default=4096, metadata={"help": "Training episodes (dataset rows)."})
     num_eval_prompts: int = field(default=512, metadata={"help": "Validation episodes (RAGEN: 512)."})
     max_turns: int = field(default=5, metadata={"help": "Turns per episode."})
@@ -80,6 +101,7 @@ class AgentScriptArguments:
         if self.algorithm not in ALGORITHMS:
             raise ValueError(
                 f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}; pass --algorithm grpo or --algorithm ppo"
+                " (or drgrpo, dapo)"
             )
         try:
             config = json.loads(self.env_config) if isinstance(self.env_config, str) else self.env_config
@@ -94,6 +116,11 @@ class AgentScriptArguments:
         if self.num_eval_prompts < 0:
             raise ValueError(f"num_eval_prompts must be >= 0, got {self.num_eval_prompts}")
         check_protocol(self.protocol)
+
+    @property
+    def uses_critic(self) -> bool:
+        """Whether the algorithm trains a critic (`SNRFilteredPPOTrainer`): PPO and DAPO."""
+        return self.algorithm in CRITIC_ALGORITHMS
 
     @property
     def env_kwargs(self) -> dict[str, Any]:
@@ -153,8 +180,9 @@ def parse_recipe_args(script_class: type = AgentScriptArguments, task_yaml: Path
 
     1. the script arguments alone (`parse_known_args` leaves the trainer and model flags aside; no abbreviation can
        take one of them for a script flag, and `--help` waits for the second stage);
-    2. everything, with `SNRFilteredPPOConfig` for `--algorithm ppo`, else `SNRFilteredGRPOConfig`: an unknown flag,
-       or a PPO-only flag in a GRPO run, is an error.
+    2. everything, with `SNRFilteredPPOConfig` for `--algorithm ppo` or `dapo`, else `SNRFilteredGRPOConfig`, the
+       algorithm's `PAPER_ALGORITHMS` settings as defaults below the YAML and the command line: an unknown flag, or
+       a PPO-only flag in a GRPO run, is an error.
     """
     from trl import ModelConfig, TrlParser
 
@@ -172,9 +200,9 @@ def parse_recipe_args(script_class: type = AgentScriptArguments, task_yaml: Path
     first = TrlParser(script_class, add_help=False, allow_abbrev=False)
     first.set_defaults_with_config(**defaults)
     script_args, _ = first.parse_args_and_config(args, return_remaining_strings=True)
-    config_class = SNRFilteredPPOConfig if script_args.algorithm == "ppo" else SNRFilteredGRPOConfig
+    config_class = SNRFilteredPPOConfig if script_args.uses_critic else SNRFilteredGRPOConfig
     parser = TrlParser((script_class, config_class, ModelConfig))
-    parser.set_defaults_with_config(**defaults)
+    parser.set_defaults_with_config(**defaults, **PAPER_ALGORITHMS[script_args.algorithm])
     return parser.parse_args_and_config(args)
 
 

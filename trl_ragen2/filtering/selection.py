@@ -20,9 +20,11 @@ import numbers
 
 import torch
 
+from .ablations import check_percentile_band, keep_percentile_range
+
 
 SCORE_METRICS = ("variance", "std")
-STRATEGIES = ("top_p", "top_k", "min_p")
+STRATEGIES = ("top_p", "top_k", "min_p", "percentile_range")
 TOP_P_MODES = ("linear", "softmax")
 # How the linear top-p margin eps is measured: "relative" (a share of the candidates' score sum, so the rule is the
 # same on every reward scale) or "absolute" (RAGEN's, in score units: made for rewards of order 1 to 10).
@@ -154,7 +156,17 @@ def _keep_min_p(scores: torch.Tensor, *, min_p: float, largest: bool, **_):
     return passes.nonzero().squeeze(1)
 
 
-_STRATEGY_FUNCTIONS = {"top_p": _keep_top_p, "top_k": _keep_top_k, "min_p": _keep_min_p}
+def _keep_percentile_range(scores: torch.Tensor, *, percentile_range: tuple[float, float], largest: bool, **_):
+    low, high = percentile_range
+    return keep_percentile_range(scores, low=low, high=high, largest=largest)
+
+
+_STRATEGY_FUNCTIONS = {
+    "top_p": _keep_top_p,
+    "top_k": _keep_top_k,
+    "min_p": _keep_min_p,
+    "percentile_range": _keep_percentile_range,
+}
 
 
 def _is_count(top_k) -> bool:
@@ -178,7 +190,9 @@ def check_top_k(top_k, name: str = "top_k") -> None:
         )
 
 
-def _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps, selection_eps_mode) -> None:
+def _validate_selection(
+    strategy, top_p, top_k, min_p, top_p_mode, selection_eps, selection_eps_mode, percentile_range
+) -> None:
     if strategy not in STRATEGIES:
         raise ValueError(f"select_groups: strategy must be one of {STRATEGIES}, got {strategy!r}")
     if top_p_mode not in TOP_P_MODES:
@@ -189,6 +203,10 @@ def _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps
         check_top_k(top_k, "select_groups: top_k")
     if strategy == "min_p" and not (isinstance(min_p, int | float) and 0.0 <= min_p <= 1.0):
         raise ValueError(f"select_groups: min_p must be in [0, 1], got {min_p!r}")
+    if strategy == "percentile_range":
+        if not (isinstance(percentile_range, tuple | list) and len(percentile_range) == 2):
+            raise ValueError(f"select_groups: percentile_range must be a pair (low, high), got {percentile_range!r}")
+        check_percentile_band(*percentile_range, name="select_groups: percentile_range")
     if not (isinstance(selection_eps, int | float) and math.isfinite(selection_eps) and selection_eps >= 0.0):
         raise ValueError(f"select_groups: selection_eps must be a finite number >= 0, got {selection_eps!r}")
     if selection_eps_mode not in SELECTION_EPS_MODES:
@@ -214,6 +232,7 @@ def select_groups(
     selection_eps: float = 0.0,
     selection_eps_mode: str = "absolute",
     largest: bool = True,
+    percentile_range: tuple[float, float] = (0.0, 1.0),
 ) -> torch.Tensor:
     """Choose which prompt groups to train on, exactly as RAGEN's `RewardRolloutFilter` selects them.
 
@@ -227,6 +246,7 @@ def select_groups(
         strategy (`str`, defaults to `"top_p"`):
             `"top_p"`: a share of the score mass (see `top_p_mode`). `"top_k"`: a number or fraction of the groups.
             `"min_p"`: the groups scoring close enough to the best (or, with `largest=False`, the smallest) score.
+            `"percentile_range"`: the groups whose rank falls in a band (RAGEN's `more-experiments` branch).
         top_p (`float`, defaults to `0.9`):
             Mass share for `"top_p"`, in (0, 1]. The paper's rho = 0.9. `1.0` keeps every candidate in both modes.
         top_k (`int` or `float`, *optional*):
@@ -253,11 +273,16 @@ def select_groups(
             `selection_eps` must then be below 1. The trainer configs default to `"relative"`.
         largest (`bool`, defaults to `True`):
             `False` keeps the smallest scores: the paper's "keep smallest" ablation.
+        percentile_range (`tuple[float, float]`, defaults to `(0.0, 1.0)`):
+            For `"percentile_range"`, `(low, high)` with `0 <= low < high <= 1`: rank the N candidates (highest
+            first, or lowest with `largest=False`) and keep ranks `round(low * N)` up to `round(high * N)`, at least
+            one rank (Python's round, halves to even: with N = 2, `(0.75, 1.0)` starts at rank 2 and keeps nothing).
+            Table 6's quartiles are `(0, 0.25)`, `(0.25, 0.5)`, `(0.5, 0.75)` and `(0.75, 1.0)`.
 
     Returns:
         `torch.Tensor` of shape `(P,)`, dtype bool, on the scores' device.
     """
-    _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps, selection_eps_mode)
+    _validate_selection(strategy, top_p, top_k, min_p, top_p_mode, selection_eps, selection_eps_mode, percentile_range)
     scores = torch.as_tensor(scores)
     if scores.dim() != 1 or scores.numel() == 0:
         raise ValueError(
@@ -284,6 +309,7 @@ def select_groups(
             selection_eps_mode=selection_eps_mode,
             num_groups=values.numel(),
             largest=largest,
+            percentile_range=tuple(percentile_range),
         )
         keep[candidates[kept]] = True
     return keep.to(scores.device)

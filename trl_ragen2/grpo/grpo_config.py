@@ -17,6 +17,7 @@ from trl import GRPOConfig
 
 from ..collapse.diagnostics import MIDiagnosticsConfig
 from ..collapse.grad_report import check_report_settings
+from ..filtering.group_metrics import RANKING_METRICS
 from ..filtering.keep_rate import AUTO, AUTO_OFF_BELOW, AUTO_ON_ABOVE, AUTO_SMOOTHING, SCHEDULES, KeepRateControl
 from ..filtering.selection import SCORE_METRICS, SELECTION_EPS_MODES, STRATEGIES, TOP_P_MODES, check_top_k
 from ..models.vllm_cpu import VLLMEngineArguments
@@ -25,6 +26,8 @@ from .config_types import check_field_types
 
 
 LOSS_SCALINGS = ("none", "linear", "sqrt")
+# The rule that keeps rollouts, not groups (Table 7's control): every group, its most spread rewards.
+WITHIN_GROUP = "within_group"
 
 
 class IntOrFraction:
@@ -55,7 +58,10 @@ class SNRFilterArguments:
             Selection rule: `"top_p"` (keep the groups holding a `reward_variance_top_p` share of the variance
             mass, the paper's method), `"top_k"` or `"min_p"`. `"auto"` (beyond the paper) applies `"top_p"` while
             the smoothed Std/Mean of the per-group reward std is high and keeps every group while it is low (see
-            `reward_variance_auto_on_above`). `None` disables filtering: the trainer then behaves exactly like its
+            `reward_variance_auto_on_above`). The paper's ablations: `"percentile_range"` (Table 6: the groups whose
+            rank falls in the band `reward_variance_percentile_low` to `reward_variance_percentile_high`) and
+            `"within_group"` (Table 7: every group, but only `reward_variance_within_group_ratio` of its rollouts,
+            those whose rewards vary most). `None` disables filtering: the trainer then behaves exactly like its
             TRL parent.
         reward_variance_top_p (`float`, *optional*, defaults to `0.9`):
             Mass share rho kept by `"top_p"` (and `"auto"` while on), in (0, 1]; a schedule's start value. The
@@ -72,7 +78,10 @@ class SNRFilterArguments:
             softmax probability of the scores).
         reward_variance_metric (`str`, *optional*, defaults to `"variance"`):
             Group score: `"variance"` (unbiased sample variance, the paper) or `"std"` (RAGEN's released code).
-            The ranking is the same; the top-p mass and min-p threshold differ.
+            The ranking is the same; the top-p mass and min-p threshold differ. RAGEN's other ranking metrics:
+            `"reward"` (mean reward), `"reward_sum"`, `"entropy"` (mean of the rollouts' mean token entropy),
+            `"entropy_variance"` (its std over the group) and `"length"` (mean loss-token count); the entropy
+            metrics cost one forward pass over the pre-filter batch.
         reward_variance_include_zero (`bool`, *optional*, defaults to `False`):
             Keep zero-variance groups among the candidates (RAGEN's main-table runs: `True`; its README and the
             top-p sweeps: `False`).
@@ -90,6 +99,14 @@ class SNRFilterArguments:
         reward_variance_loss_scaling (`str`, *optional*, defaults to `"none"`):
             Multiply the loss by `"linear"`: the kept fraction of groups, `"sqrt"`: its square root, or `"none"`
             (RAGEN's released runs; the paper's text scales by rho).
+        reward_variance_percentile_low (`float`, *optional*, defaults to `0.0`):
+            For `"percentile_range"`: the band's start, a share of the ranked candidate groups (rank 0 = highest
+            score). Table 6's quartiles: 0, 0.25, 0.5, 0.75.
+        reward_variance_percentile_high (`float`, *optional*, defaults to `1.0`):
+            For `"percentile_range"`: the band's end (excluded), above `reward_variance_percentile_low`, at most 1.
+        reward_variance_within_group_ratio (`float` or `None`, *optional*, defaults to `None`):
+            For `"within_group"`, in (0, 1]: each group keeps `max(1, round(ratio * num_generations))` rollouts.
+            Their advantages are computed over the kept rollouts of the group, as RAGEN does.
         reward_variance_empty_patience (`int`, *optional*, defaults to `5`):
             Stop training after this many consecutive generation steps in which no group was kept (RAGEN's
             `rollout_filter_empty_stop_steps`). `0` never stops.
@@ -127,7 +144,8 @@ class SNRFilterArguments:
         default="top_p",
         metadata={
             "help": "Selection rule: 'top_p' (the paper), 'top_k', 'min_p', 'auto' (top_p switched on and off from "
-            "the Std/Mean of the group reward std), or None to disable filtering."
+            "the Std/Mean of the group reward std), 'percentile_range' or 'within_group' (the paper's Table 6 and 7 "
+            "ablations), or None to disable filtering."
         },
     )
     reward_variance_top_p: float = field(
@@ -144,7 +162,11 @@ class SNRFilterArguments:
         default="linear", metadata={"help": "'linear' (the paper's cumulative mass) or 'softmax' (RAGEN scripts)."}
     )
     reward_variance_metric: str = field(
-        default="variance", metadata={"help": "Group score: 'variance' (the paper) or 'std' (RAGEN's code)."}
+        default="variance",
+        metadata={
+            "help": "Group score: 'variance' (the paper), 'std' (RAGEN's code), or RAGEN's 'reward', 'reward_sum', "
+            "'entropy', 'entropy_variance', 'length'."
+        },
     )
     reward_variance_include_zero: bool = field(
         default=False, metadata={"help": "Keep zero-variance groups among the candidates."}
@@ -165,6 +187,15 @@ class SNRFilterArguments:
     reward_variance_loss_scaling: str = field(
         default="none",
         metadata={"help": "Scale the loss by the kept fraction: 'none' (RAGEN runs), 'linear' or 'sqrt'."},
+    )
+    reward_variance_percentile_low: float = field(
+        default=0.0, metadata={"help": "'percentile_range': start of the rank band, in [0, 1) (rank 0: highest)."}
+    )
+    reward_variance_percentile_high: float = field(
+        default=1.0, metadata={"help": "'percentile_range': end of the rank band (excluded), in (low, 1]."}
+    )
+    reward_variance_within_group_ratio: float | None = field(
+        default=None, metadata={"help": "'within_group': share of each group's rollouts kept, in (0, 1]."}
     )
     reward_variance_empty_patience: int = field(
         default=5, metadata={"help": "Stop after this many consecutive empty filter steps (0: never)."}
@@ -198,10 +229,10 @@ class SNRFilterArguments:
     def validate_reward_variance_fields(self) -> None:
         """Raise a `ValueError` naming the field, its value and the fix for any invalid `reward_variance_*` field."""
         strategy = self.reward_variance_filtering
-        if strategy is not None and strategy not in (*STRATEGIES, AUTO):
+        if strategy is not None and strategy not in (*STRATEGIES, AUTO, WITHIN_GROUP):
             raise ValueError(
-                f"reward_variance_filtering must be one of {(*STRATEGIES, AUTO)} or None, got {strategy!r}; "
-                "use None to disable filtering"
+                f"reward_variance_filtering must be one of {(*STRATEGIES, AUTO, WITHIN_GROUP)} or None, got "
+                f"{strategy!r}; use None to disable filtering"
             )
         if not (0.0 < self.reward_variance_top_p <= 1.0):
             raise ValueError(
@@ -223,8 +254,9 @@ class SNRFilterArguments:
                     f"reward_variance_min_p must be in [0, 1] when reward_variance_filtering='min_p', got {min_p}; "
                     "the paper's ablation uses 0.05 or 0.2"
                 )
+        self._validate_ablation_fields()
         self._check_one_of("reward_variance_top_p_mode", TOP_P_MODES)
-        self._check_one_of("reward_variance_metric", SCORE_METRICS)
+        self._check_one_of("reward_variance_metric", RANKING_METRICS)
         if self.reward_variance_selection_eps < 0:
             raise ValueError(
                 f"reward_variance_selection_eps must be >= 0, got {self.reward_variance_selection_eps}; RAGEN uses 0.01"
@@ -236,6 +268,38 @@ class SNRFilterArguments:
                 f"reward_variance_empty_patience must be >= 0 (0 never stops), got {self.reward_variance_empty_patience}"
             )
         self._validate_keep_rate_fields()
+
+    def _validate_ablation_fields(self) -> None:
+        """The fields of the paper's Table 6 and 7 ablations (`percentile_range`, `within_group`)."""
+        strategy = self.reward_variance_filtering
+        low, high = self.reward_variance_percentile_low, self.reward_variance_percentile_high
+        for name, value in (("reward_variance_percentile_low", low), ("reward_variance_percentile_high", high)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be a number in [0, 1] (a share of the ranked groups), got {value!r}")
+        if strategy == "percentile_range" and not low < high:
+            raise ValueError(
+                f"reward_variance_percentile_low ({low}) must be below reward_variance_percentile_high ({high}); "
+                "e.g. 0.75 and 1.0 keep the bottom quartile of the groups ranked by score"
+            )
+        if strategy != WITHIN_GROUP:
+            return
+        ratio = self.reward_variance_within_group_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0.0 < ratio <= 1.0:
+            raise ValueError(
+                f"reward_variance_within_group_ratio must be in (0, 1] when reward_variance_filtering="
+                f"'within_group', got {ratio!r}; e.g. 0.5 keeps half of each group's rollouts (Table 7)"
+            )
+        if self.reward_variance_metric not in SCORE_METRICS:
+            raise ValueError(
+                f"reward_variance_metric={self.reward_variance_metric!r} has no effect with reward_variance_filtering="
+                "'within_group', which keeps the rollouts whose rewards vary most in every group; leave it at "
+                "'variance'"
+            )
+        if self.reward_variance_min_kept_fraction:
+            raise ValueError(
+                f"reward_variance_min_kept_fraction={self.reward_variance_min_kept_fraction} has no effect with "
+                "reward_variance_filtering='within_group', which keeps every group; set it to 0"
+            )
 
     def _check_one_of(self, name: str, choices: tuple) -> None:
         value = getattr(self, name)
@@ -280,7 +344,7 @@ class SNRFilterArguments:
                 raise ValueError(f"{name} must be an int >= 0 (optimizer steps), got {value!r}")
         end = self.reward_variance_top_p_end
         if schedule != "constant":
-            if strategy in ("top_k", "min_p"):
+            if strategy in ("top_k", "min_p", "percentile_range", WITHIN_GROUP):
                 raise ValueError(
                     f"reward_variance_top_p_schedule={schedule!r} anneals reward_variance_top_p, which "
                     f"reward_variance_filtering={strategy!r} does not use; use 'top_p' or 'auto', or the 'constant' "

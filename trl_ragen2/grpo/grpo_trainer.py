@@ -46,6 +46,7 @@ from ..collapse.diagnostics import STATE_FILE as MI_STATE_FILE
 from ..collapse.diagnostics import MIDiagnostics, _is_sharded
 from ..collapse.grad_report import GradientReport, check_report_settings
 from ..filtering import micro_steps
+from ..filtering.ablations import select_within_group
 from ..filtering.advantages import batch_dependent, kept_row_advantages
 from ..filtering.batch_utils import (
     MULTIMODAL_KEYS,
@@ -59,10 +60,11 @@ from ..filtering.batch_utils import (
 )
 from ..filtering.empty_steps import FILTER_STATE_FILE, EmptyStepGuard, FilterState
 from ..filtering.generation_state import FilteredGeneration, ScoredGeneration, weighted_rewards
+from ..filtering.group_metrics import ENTROPY_METRICS, ROW_METRICS, group_scores, row_mean_entropy
 from ..filtering.keep_rate import AUTO, FilterDecision, GuardedSelection, select_under
 from ..filtering.micro_steps import MicroStep
 from ..filtering.reward_checks import EmptyStepCause, check_finite_rewards, empty_step_cause, reward_function_error
-from ..filtering.selection import filter_stats, group_reward_scores, std_over_mean
+from ..filtering.selection import filter_stats, std_over_mean
 from ..models.vllm_cpu import engine_options, use_cpu_weight_sync, vllm_platform_is_cpu
 from ..runs import keys
 from ..runs.checkpoints import (
@@ -80,7 +82,7 @@ from ..runs.checkpoints import (
     save_errors_named,
     start_checkpoint,
 )
-from .grpo_config import SNRFilteredGRPOConfig
+from .grpo_config import WITHIN_GROUP, SNRFilteredGRPOConfig
 from .sample_log import SampleRecorder
 
 
@@ -168,6 +170,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self.filter_state = FilterState()  # the filter's counters and auto switch, saved with every checkpoint
         self.keep_rate_control = args.keep_rate_control()  # rho schedule, warm-up and auto switch
         self._scored: ScoredGeneration | None = None  # the batch being made and scored (training or evaluation)
+        self._row_values: dict[str, torch.Tensor] = {}  # per-rollout values a row ranking metric needs (N_global,)
         self._filtered: FilteredGeneration | None = None  # what the filter kept of the last training batch
         self._micro_step: MicroStep | None = None  # the micro-step being trained (None: not filtering)
         # `_compute_loss` asks the override of `_get_per_token_logps_and_entropies` for its forward's entropies
@@ -230,12 +233,14 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         fields = [getattr(func, "rollout_field", None) for func in self.reward_funcs]
         if not extra_fields or any(field is None or field not in extra_fields for field in fields):
             return None
+        if self.args.reward_variance_metric in ROW_METRICS:
+            return None  # the group scores need the rollouts' tokens, known only after the scoring passes
         device = self.accelerator.device
         values = [[float("nan") if v is None else float(v) for v in extra_fields[field]] for field in fields]
         local = torch.tensor(values, dtype=torch.float32, device=device).T  # (B, num_funcs)
         per_func = self.accelerator.gather(local)  # (N_global, num_funcs), as TRL gathers the rewards
         rewards = weighted_rewards(per_func, self.reward_weights)
-        keep_rows = self.select_groups_from_rewards(rewards).repeat_interleave(self.num_generations)
+        keep_rows = self.select_rows_from_rewards(rewards)
         start = self.accelerator.process_index * local_rows
         return keep_rows[start : start + local_rows].to(device)
 
@@ -260,6 +265,22 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         """Apply the configured selection to raw rewards (N_global,) in group order; returns the kept groups (P,)."""
         return self._select_groups(rewards, self._filter_decision(rewards)).keep
 
+    def select_rows_from_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Apply the configured selection to raw rewards (N_global,) in group order; returns the kept rows (N_global,)
+        (whole groups, or with `"within_group"` some rollouts of every group)."""
+        return self._keep_rows(rewards, self._filter_decision(rewards))[1]
+
+    def _keep_rows(self, rewards: torch.Tensor, decision: FilterDecision) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The kept groups (P,), the kept rows (N_global,) and how many groups the exploration guard added."""
+        G = self.num_generations
+        if self.args.reward_variance_filtering == WITHIN_GROUP:
+            every_group = torch.ones(rewards.numel() // G, dtype=torch.bool)
+            if not decision.active:  # warm-up: every rollout
+                return every_group, torch.ones(rewards.numel(), dtype=torch.bool), 0
+            return every_group, select_within_group(rewards.cpu(), G, self.args.reward_variance_within_group_ratio), 0
+        keep_groups, guard_added = self._select_groups(rewards, decision)  # (P,)
+        return keep_groups, keep_groups.repeat_interleave(G), guard_added
+
     def _filter_decision(self, rewards: torch.Tensor) -> FilterDecision:
         """Warm-up, scheduled rho and auto switch for this generation, from the state before it (no side effect:
         the early selection and `_filter_batch` decide alike; `_filter_batch` commits the switch's new state)."""
@@ -272,7 +293,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         args = self.args
         return select_under(
             decision,
-            group_reward_scores(rewards, self.num_generations, metric=args.reward_variance_metric),
+            group_scores(args.reward_variance_metric, self.num_generations, rewards=rewards, **self._row_values),
             strategy=args.reward_variance_filtering,
             min_kept_fraction=args.reward_variance_min_kept_fraction,
             include_zero=args.reward_variance_include_zero,
@@ -282,7 +303,33 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             top_p_mode=args.reward_variance_top_p_mode,
             selection_eps=args.reward_variance_selection_eps,
             selection_eps_mode=args.reward_variance_selection_eps_mode,
+            percentile_range=(args.reward_variance_percentile_low, args.reward_variance_percentile_high),
         )
+
+    def _ranking_row_values(self, batch: dict) -> dict[str, torch.Tensor]:
+        """The per-rollout values a row metric ranks by, gathered over processes: `row_lengths` (`"length"`) or
+        `row_entropies` (`"entropy"`, `"entropy_variance"`; one forward pass over the pre-filter batch); `{}` for the
+        reward metrics."""
+        metric = self.args.reward_variance_metric
+        if metric not in ROW_METRICS:
+            return {}
+        mask = batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
+        if metric not in ENTROPY_METRICS:
+            return {"row_lengths": self.accelerator.gather(mask.sum(dim=1).float()).cpu()}  # (N_global,)
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)  # (B, Lp + Lc)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        with torch.no_grad():
+            # TRL's own forward (the parent's, without the filter's scoring shortcuts): (B, Lc) token entropies
+            _, entropies, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+                self,
+                self.model,
+                input_ids,
+                attention_mask,
+                batch["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size,
+                compute_entropy=True,
+            )
+        return {"row_entropies": self.accelerator.gather(row_mean_entropy(entropies, mask)).cpu()}  # (N_global,)
 
     def _before_filtering(self, inputs: list[dict], batch: dict) -> None:
         """Work on the whole (pre-filter) batch: the MI diagnostics, at step 1 and every `mi_every_n_steps`."""
@@ -313,8 +360,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         """Drop the rows of the groups the filter does not keep, and record what it kept (`FilteredGeneration`)."""
         rewards = self._raw_rewards()  # (N_global,)
         decision = self._filter_decision(rewards)
-        keep_groups, guard_added = self._select_groups(rewards, decision)  # (P,)
-        keep_rows = keep_groups.repeat_interleave(self.num_generations)  # (N_global,)
+        self._row_values = self._ranking_row_values(batch)
+        keep_groups, keep_rows, guard_added = self._keep_rows(rewards, decision)  # (P,), (N_global,)
         local_rows = num_rows(batch)
         start = self.accelerator.process_index * local_rows
         device = batch["completion_ids"].device
@@ -322,7 +369,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self._check_early_selection(local_keep)
 
         used_advantages = self._kept_advantages(keep_rows)  # (N_global,), NaN on filtered rows
-        if batch_dependent(self.scale_rewards, self.multi_objective_aggregation):
+        if self._advantages_recomputed():
             batch["advantages"] = used_advantages[start : start + local_rows].to(device)
         self._show_used_advantages(used_advantages)
 
@@ -335,8 +382,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         # The dapo/cispo/vespo normaliser is a global token count: recount it over the kept rows of all processes.
         filtered["num_items_in_batch"] = self.accelerator.gather(loss_token_count(filtered)).sum()
 
-        empty = not bool(keep_groups.any())
-        kept_fraction = keep_groups.float().mean().item()
+        empty = not bool(keep_rows.any())
+        kept_fraction = (keep_rows if self._keeps_rollouts() else keep_groups).float().mean().item()
         scaling = self.args.reward_variance_loss_scaling
         self._filtered = FilteredGeneration(
             keep_groups=keep_groups,
@@ -349,11 +396,29 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self._update_filter_state(empty, decision)
         self._log_filter_metrics(rewards, keep_rows)
         self._log_keep_rate(decision, guard_added)
+        self._log_kept_rollouts(keep_groups, keep_rows)
         return filtered
+
+    def _keeps_rollouts(self) -> bool:
+        """Whether the rule keeps rollouts rather than whole groups (`"within_group"`)."""
+        return self.args.reward_variance_filtering == WITHIN_GROUP
+
+    def _advantages_recomputed(self) -> bool:
+        """Whether the loss's advantages differ from TRL's: options TRL defines over the batch, or groups that
+        keep only some of their rollouts (their statistics are taken over the kept rollouts, as RAGEN does)."""
+        return self._keeps_rollouts() or batch_dependent(self.scale_rewards, self.multi_objective_aggregation)
 
     def _empty_step_cause(self, rewards: torch.Tensor, decision: FilterDecision) -> EmptyStepCause:
         """Why this generation's selection kept no group, for the message that stops training."""
         args = self.args
+        if args.reward_variance_metric not in ("variance", "std"):
+            return EmptyStepCause(
+                "selection",
+                f"no group's {args.reward_variance_metric} score was selected by "
+                f"reward_variance_filtering={args.reward_variance_filtering!r} (zero scores are candidates only "
+                f"with reward_variance_include_zero=True; it is {args.reward_variance_include_zero})",
+                "Check the reward_variance_* settings against the selection rules in docs/filtering.md",
+            )
         return empty_step_cause(
             rewards,
             self.num_generations,
@@ -386,21 +451,26 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         (`scale_rewards="batch"`, `normalize_then_sum`) are recomputed over the kept rows alone.
         """
         total = keep_rows.numel()
-        if batch_dependent(self.scale_rewards, self.multi_objective_aggregation):
+        if self._advantages_recomputed():
             used = torch.full((total,), float("nan"))
             if keep_rows.any():
                 per_func = self._scored.rewards_per_func
-                kept = per_func[keep_rows.to(per_func.device)]
+                kept = per_func[keep_rows.to(per_func.device)]  # (N_kept, F), in group order
                 used[keep_rows.cpu()] = kept_row_advantages(
                     kept.cpu(),
                     self.reward_weights.cpu(),
-                    self.num_generations,
+                    self._kept_per_group(keep_rows),
                     self.scale_rewards,
                     self.multi_objective_aggregation,
                 ).float()
             return used
         group_advantages = torch.tensor(list(self._logs["advantages"])[-total:], dtype=torch.float32)
         return group_advantages.masked_fill(~keep_rows.cpu(), float("nan"))
+
+    def _kept_per_group(self, keep_rows: torch.Tensor) -> int:
+        """Rows each kept group keeps: G, or k for `"within_group"` (the same in every group)."""
+        per_group = keep_rows.view(-1, self.num_generations).sum(dim=1)  # (P,)
+        return int(per_group[per_group > 0][0])
 
     def _show_used_advantages(self, used: torch.Tensor) -> None:
         """The completions table shows the advantage the loss used; NaN marks the rows the filter dropped."""
@@ -428,6 +498,15 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         metrics[keys.FILTER_EMPTY_STEPS].append(float(self.filter_state.empty_steps))
         metrics[keys.FILTER_CONSECUTIVE_EMPTY_STEPS].append(float(self.filter_state.consecutive_empty_steps))
         metrics[keys.FILTER_LOSS_SCALE].append(filtered.loss_scale)
+
+    def _log_kept_rollouts(self, keep_groups: torch.Tensor, keep_rows: torch.Tensor) -> None:
+        """The ablation rules' extra keys: the kept share of the rollouts and the rollouts kept per kept group."""
+        if self.args.reward_variance_filtering not in ("percentile_range", WITHIN_GROUP):
+            return
+        metrics = self._metrics["train"]
+        metrics[keys.FILTER_KEPT_ROLLOUT_FRACTION].append(keep_rows.float().mean().item())
+        kept_groups = int(keep_groups.sum())
+        metrics[keys.FILTER_ROLLOUTS_PER_GROUP].append(keep_rows.sum().item() / kept_groups if kept_groups else 0.0)
 
     def _log_keep_rate(self, decision: FilterDecision, guard_added: int) -> None:
         args, metrics = self.args, self._metrics["train"]
@@ -757,6 +836,16 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
                     f"- Auto switch on the Std/Mean of the group reward std: on at {args.reward_variance_auto_on_above}"
                     f", off below {args.reward_variance_auto_off_below} (smoothing "
                     f"{args.reward_variance_auto_smoothing}); on at the end: {self.filter_state.auto_on}"
+                )
+            if args.reward_variance_filtering == "percentile_range":
+                lines.append(
+                    f"- Rank band: [{args.reward_variance_percentile_low}, {args.reward_variance_percentile_high}) "
+                    "of the ranked groups (Table 6)"
+                )
+            if args.reward_variance_filtering == WITHIN_GROUP:
+                lines.append(
+                    f"- Within-group: {args.reward_variance_within_group_ratio} of each group's rollouts, those whose "
+                    "rewards vary most (Table 7)"
                 )
             if args.reward_variance_min_kept_fraction:
                 lines.append(f"- Exploration guard: at least {args.reward_variance_min_kept_fraction} of the groups")
