@@ -185,3 +185,43 @@ def test_the_logged_matrix_gives_the_logged_mi_metrics(run):
             assert metrics["mi_est"] == pytest.approx(logged[keys.mi_key(scope, "mi_est")], rel=1e-4, abs=1e-6)
             assert len(matrix["chains"]) == logp.shape[0] == len(matrix["groups"])
             assert len(matrix["column_context"]) == logp.shape[1]
+
+
+def test_within_group_marks_each_rollout_as_the_filter_kept_it(tmp_path, tiny_tokenizer):
+    """`within_group` keeps some rollouts of every group: the log marks each rollout, the groups all kept."""
+    from datasets import Dataset
+
+    from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
+    from trl_ragen2.models.tiny import make_tiny_model
+
+    from .scripted import tiny_trainer_args
+
+    def length_reward(completions, **kwargs):
+        return [float(len(c) % 3) for c in completions]
+
+    args = tiny_trainer_args(
+        tmp_path, SNRFilteredGRPOConfig, max_steps=1, reward_variance_filtering="within_group",
+        reward_variance_within_group_ratio=0.5, mi_diagnostics=False, sample_log_groups=4,
+        sample_log_every_n_steps=1,
+    )  # fmt: skip
+    trainer = SNRFilteredGRPOTrainer(
+        model=make_tiny_model(tiny_tokenizer, seed=0), reward_funcs=length_reward, args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["a", "b", "c", "d"]}), processing_class=tiny_tokenizer,
+    )  # fmt: skip
+    kept_rows = {}
+    filter_batch = trainer._filter_batch
+
+    def recording_filter(batch):
+        result = filter_batch(batch)
+        kept_rows[trainer.state.global_step + 1] = trainer.filtered_generation.keep_rows.tolist()
+        return result
+
+    trainer._filter_batch = recording_filter
+    trainer.train()
+    (rec,), notes = read_samples(tmp_path / "out" / keys.SAMPLES_FILE)
+    size = rec["group_size"]
+    assert notes == [] and len(rec["groups"]) == 4
+    for group in rec["groups"]:
+        marks = [rollout["kept"] for rollout in group["rollouts"]]
+        assert group["kept"] and sum(marks) == round(0.5 * size)  # every group, half its rollouts
+        assert marks == kept_rows[1][group["index"] * size : (group["index"] + 1) * size]

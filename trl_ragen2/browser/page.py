@@ -36,7 +36,7 @@ main{padding:8px 16px}.view{display:none}.view.on{display:block}
 .group{background:#fff;border:1px solid #ccc;border-left:6px solid #999;margin:8px 0;padding:6px}
 .group.kept{border-left-color:#2e7d32}.group.dropped{border-left-color:#c62828;opacity:.9}
 .badge{font-weight:bold;padding:1px 6px;border-radius:3px;color:#fff;font-size:12px}
-.badge.kept{background:#2e7d32}.badge.dropped{background:#c62828}.badge.miss{background:#c62828}
+details.rollout.dropped summary{color:#c62828}.badge.kept{background:#2e7d32}.badge.dropped{background:#c62828}.badge.miss{background:#c62828}
 .badge.hit{background:#2e7d32}
 pre{font-family:ui-monospace,Menlo,Consolas,monospace;white-space:pre;overflow:auto;max-height:24em;
 background:#f5f5f5;padding:4px;margin:2px 0;font-size:12px;line-height:1.25}
@@ -212,7 +212,8 @@ function groupCard(g, size) {
   arr(g.rollouts).forEach((ro, i) => {
     const d = el("details", "rollout");
     if (i === 0) d.open = true;
-    d.appendChild(el("summary", null, `rollout ${i} · reward ${fmt(ro.reward)} · ${arr(ro.turns).length} turn(s)`));
+    if (ro.kept === false) { d.classList.add("dropped"); d.dataset.kept = "0"; }
+    d.appendChild(el("summary", null, `rollout ${i}${ro.kept === false ? " (dropped)" : ""} · reward ${fmt(ro.reward)} · ${arr(ro.turns).length} turn(s)`));
     arr(ro.turns).forEach((t, j) => {
       const turn = el("div", "turn", el("div", "lbl", "turn " + j));
       if (t.observation) turn.appendChild(block("environment", t.observation));

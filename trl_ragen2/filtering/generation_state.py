@@ -91,3 +91,4 @@ class FilteredGeneration:
     loss_scale: float  # the factor of `reward_variance_loss_scaling` on every micro-step's loss
     batch: dict | None  # the kept rows (a placeholder row when this process kept none), until laid out
     micro_steps: list[MicroStep] = field(default_factory=list)  # the generation's micro-steps, once laid out
+    keep_rows: torch.Tensor | None = None  # (N_global,) bool: the kept rollouts of the whole batch

@@ -345,16 +345,17 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             return batch  # evaluation is never filtered
         self._before_filtering(inputs, batch)
         if self.args.reward_variance_filtering is None:
-            self._record_samples(inputs, batch, None)
+            self._record_samples(inputs, batch, None, None)
             return batch
         filtered = self._filter_batch(batch)
-        self._record_samples(inputs, batch, self._filtered.keep_groups)
+        self._record_samples(inputs, batch, self._filtered.keep_groups, self._filtered.keep_rows)
         return filtered
 
-    def _record_samples(self, inputs: list[dict], batch: dict, keep_groups: torch.Tensor | None) -> None:
-        """The sample log (`trl_ragen2.grpo.sample_log`): the pre-filter batch, and the groups the filter kept."""
+    def _record_samples(self, inputs: list[dict], batch: dict, keep_groups, keep_rows) -> None:
+        """The sample log (`trl_ragen2.grpo.sample_log`): the pre-filter batch, and the groups (`(P,)`) and rollouts
+        (`(N_global,)`) the filter kept (None: no filter)."""
         if self.sample_recorder is not None:
-            self.sample_recorder.on_batch(self, inputs, batch, keep_groups)
+            self.sample_recorder.on_batch(self, inputs, batch, keep_groups, keep_rows)
 
     def _filter_batch(self, batch: dict) -> dict:
         """Drop the rows of the groups the filter does not keep, and record what it kept (`FilteredGeneration`)."""
@@ -392,6 +393,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             empty_cause=self._empty_step_cause(rewards, decision) if empty else None,
             loss_scale={"none": 1.0, "linear": kept_fraction, "sqrt": math.sqrt(kept_fraction)}[scaling],
             batch=filtered,  # laid out over the micro-steps by _prepare_inputs
+            keep_rows=keep_rows,
         )
         self._update_filter_state(empty, decision)
         self._log_filter_metrics(rewards, keep_rows)

@@ -31,10 +31,14 @@ class SampleRecorder:
         self.writer = SampleLogWriter(os.path.join(output_dir, keys.SAMPLES_FILE))
         self.extractor = extractor if extractor is not None else ThinkTagExtractor()
 
-    def on_batch(self, trainer, inputs: list[dict], batch: dict, keep_groups: torch.Tensor | None) -> dict | None:
+    def on_batch(
+        self, trainer, inputs: list[dict], batch: dict, keep_groups: torch.Tensor | None, keep_rows=None
+    ) -> dict | None:
         """Write the record of this training batch if the step is logged or was MI-diagnosed; returns it.
 
-        `batch` is the pre-filter batch TRL returned, `keep_groups` `(P,)` the filter's choice (None: no filter).
+        `batch` is the pre-filter batch TRL returned, `keep_groups` `(P,)` the filter's choice of groups and
+        `keep_rows` `(N_global,)` of rollouts (None: no filter). Each rollout's `kept` mark differs from its group's
+        only under `within_group`, which keeps some rollouts of every group.
         """
         step = trainer.state.global_step + 1  # the optimizer step this batch trains, as the MI diagnostics count
         diagnostics = getattr(trainer, "mi_diagnostics", None)
@@ -51,7 +55,7 @@ class SampleRecorder:
             keys.SAMPLE_MI: {},
         }
         if due and trainer._scored is not None and trainer._scored.rewards_per_func is not None:
-            record.update(self._groups(trainer, tokenizer, inputs, batch, keep_groups))
+            record.update(self._groups(trainer, tokenizer, inputs, batch, keep_groups, keep_rows))
         if diagnosed:
             record[keys.SAMPLE_MI] = {
                 scope: self._matrix(result, tokenizer, trainer.num_generations)
@@ -61,7 +65,7 @@ class SampleRecorder:
         self.writer.write(record)
         return record
 
-    def _groups(self, trainer, tokenizer, inputs, batch, keep_groups) -> dict:
+    def _groups(self, trainer, tokenizer, inputs, batch, keep_groups, keep_rows) -> dict:
         size = trainer.num_generations
         rewards = trainer._raw_rewards().float().cpu()  # (N_global,), NaN where nothing scored
         per_func = trainer._scored.rewards_per_func.float().cpu()  # (N_global, F)
@@ -85,6 +89,7 @@ class SampleRecorder:
                 rollouts.append(
                     {
                         "reward": rewards[row].item(),
+                        "kept": True if keep_rows is None else bool(keep_rows[row]),
                         "rewards_per_func": per_func[row].tolist(),
                         "turns": self._turns(tokenizer, completion, spans[row], limit),
                     }
