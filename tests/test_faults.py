@@ -169,6 +169,25 @@ def test_ppo_on_a_full_disk_fails_naming_the_checkpoint_and_resumes_exactly_once
     assert_same_run(ppo, out, "ppo")
 
 
+def test_a_full_disk_reported_by_the_tokenizers_library_is_named_too(tmp_path):
+    """`tokenizers` (Rust) reports a full disk while saving tokenizer.json as a plain Exception, not an OSError."""
+    from trl_ragen2.runs.checkpoints import save_errors_named
+
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    (checkpoint / "model.safetensors").write_bytes(b"x" * 10)
+    with pytest.raises(
+        CheckpointError,
+        match=r"writing checkpoint .*checkpoint-2 failed.*model.safetensors.*bytes free \(no space left\)",
+    ):
+        with save_errors_named(checkpoint):
+            raise Exception("No space left on device (os error 28)")  # what tokenizers raises
+    with pytest.raises(Exception, match="not a write") as raised:  # any other plain Exception passes unchanged
+        with save_errors_named(checkpoint):
+            raise Exception("not a write")
+    assert type(raised.value) is Exception
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Resuming from a damaged checkpoint: refused, naming the file
 

@@ -38,9 +38,20 @@ class ParameterRecorder(TrainerCallback):
             self.steps.append({n: p.detach().clone().float() for n, p in model.named_parameters()})
 
 
+def skip_the_shared_memory_all_reduce():
+    """One process has no peer to all-reduce with, so DeepSpeed's shared-memory all-reduce (a C++ op it compiles on
+    first use on CPU, minutes on 2 cores) is never called: DeepSpeed's communication falls back to torch.distributed
+    without it, as on a build that cannot compile it."""
+    import importlib
+
+    # by module name: the attribute `deepspeed.comm.torch` is the torch package, which deepspeed.comm imports
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+
+
 def main(out_dir, mode):
     deepspeed = None
     if mode.startswith("zero"):
+        skip_the_shared_memory_all_reduce()
         deepspeed = {
             "train_micro_batch_size_per_gpu": "auto",
             "gradient_accumulation_steps": "auto",

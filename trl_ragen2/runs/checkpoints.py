@@ -336,6 +336,16 @@ def _last_written(checkpoint_dir: Path) -> str | None:
     return None if newest is None else f"{newest[1]} ({newest[1].stat().st_size:,} bytes)"
 
 
+# How a Rust library (the `tokenizers` package, saving tokenizer.json) reports a full disk: a plain `Exception`
+# carrying the OS error, not an OSError
+RUST_NO_SPACE = f"(os error {errno.ENOSPC})"
+
+
+def _is_write_error(error: Exception) -> bool:
+    """An error of writing a file: Python's and torch's (`OSError`, `RuntimeError`), or a Rust library's I/O error."""
+    return isinstance(error, (OSError, RuntimeError)) or (type(error) is Exception and "(os error " in str(error))
+
+
 @contextlib.contextmanager
 def save_errors_named(checkpoint_dir: str | os.PathLike):
     """Turn a failed checkpoint write (often a full disk that torch reports as `unexpected pos`) into a
@@ -343,14 +353,14 @@ def save_errors_named(checkpoint_dir: str | os.PathLike):
     checkpoint_dir = Path(checkpoint_dir)
     try:
         yield
-    except (OSError, RuntimeError) as error:
-        if isinstance(error, CheckpointError):
+    except Exception as error:
+        if isinstance(error, CheckpointError) or not _is_write_error(error):
             raise
         try:
             free = f"{shutil.disk_usage(checkpoint_dir.parent).free:,} bytes free"
         except OSError:
             free = "free space unknown"
-        full = isinstance(error, OSError) and error.errno == errno.ENOSPC
+        full = (isinstance(error, OSError) and error.errno == errno.ENOSPC) or RUST_NO_SPACE in str(error)
         last = _last_written(checkpoint_dir)
         raise CheckpointError(
             f"writing checkpoint {checkpoint_dir} failed ({type(error).__name__}: {error})"
