@@ -350,6 +350,12 @@ def test_config_validation(tmp_path, overrides, message):
         make_args(tmp_path, **overrides)
 
 
+@pytest.mark.parametrize("text", ["None", "none", "null"])
+def test_no_filter_can_be_written_as_text(tmp_path, text):
+    """A command line or YAML gives `--reward_variance_filtering None` as text: it means no filter."""
+    assert make_args(tmp_path, reward_variance_filtering=text).reward_variance_filtering is None
+
+
 def test_selection_eps_is_a_share_by_default_and_absolute_on_request(tmp_path):
     assert make_args(tmp_path).reward_variance_selection_eps_mode == "relative"
     # an absolute margin is in score units, so any size is allowed; so is a large share where no top-p walk uses it

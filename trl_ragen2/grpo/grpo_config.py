@@ -62,7 +62,7 @@ class SNRFilterArguments:
             rank falls in the band `reward_variance_percentile_low` to `reward_variance_percentile_high`) and
             `"within_group"` (Table 7: every group, but only `reward_variance_within_group_ratio` of its rollouts,
             those whose rewards vary most). `None` disables filtering: the trainer then behaves exactly like its
-            TRL parent.
+            TRL parent (on a command line or in YAML, `None`, `none` or `null`).
         reward_variance_top_p (`float`, *optional*, defaults to `0.9`):
             Mass share rho kept by `"top_p"` (and `"auto"` while on), in (0, 1]; a schedule's start value. The
             paper uses rho = 0.9 and finds 0.8-0.98 best; 1.0 keeps every candidate (RAGEN's "no filtering" value).
@@ -229,6 +229,8 @@ class SNRFilterArguments:
     def validate_reward_variance_fields(self) -> None:
         """Raise a `ValueError` naming the field, its value and the fix for any invalid `reward_variance_*` field."""
         strategy = self.reward_variance_filtering
+        if isinstance(strategy, str) and strategy.lower() in ("none", "null"):  # "no filter" from a command line
+            self.reward_variance_filtering = strategy = None
         if strategy is not None and strategy not in (*STRATEGIES, AUTO, WITHIN_GROUP):
             raise ValueError(
                 f"reward_variance_filtering must be one of {(*STRATEGIES, AUTO, WITHIN_GROUP)} or None, got "
