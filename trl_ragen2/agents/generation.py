@@ -148,8 +148,11 @@ class EngineGeneration:
         llm: A `vllm.LLM`.
         temperature (`float`, defaults to `1.0`): Sampling temperature; `0` decodes greedily.
         top_p (`float`, defaults to `1.0`): Nucleus sampling.
-        seed (`int`, *optional*): Seeds each call's requests (`SamplingParams.seed` + the call's index), so an
-            evaluation draws the same samples whatever else the engine ran before.
+        seed (`int`, *optional*): Seeds each call (the seed + the call's index), so an evaluation draws the same
+            samples whatever else the engine ran before: through each request's `SamplingParams.seed`, or, on vLLM's
+            CPU build, through torch's global generator, which the sampler of an in-process engine draws from (vLLM
+            0.31 rewinds a request's own generator when it splits a prefill over several steps, and a CPU generator
+            cannot be rewound: `CPU Generator does not use offset`).
     """
 
     def __init__(self, llm, *, temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None):
@@ -158,9 +161,13 @@ class EngineGeneration:
 
     def __call__(self, prompt_ids, max_new_tokens, *, episodes=None, group_size=1, pad_to=None):
         from vllm import SamplingParams
+        from vllm.platforms import current_platform
 
         seed = None if self.seed is None else self.seed + self.calls
         self.calls += 1
+        if seed is not None and current_platform.is_cpu():
+            torch.manual_seed(seed)  # the in-process engine's sampler draws from torch's global generator
+            seed = None
         params = SamplingParams(
             max_tokens=max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=-1, seed=seed
         )
