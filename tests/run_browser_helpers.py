@@ -23,11 +23,27 @@ PROMPTS = ["P0: count", "P1: push", "P2: <b>bold</b>", "P3: walk"]
 INJECTED = '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 
 
+def length_reward(completions, **kwargs):
+    return [float(len(c) % 3) for c in completions]
+
+
+def record_filter_choices(trainer, field: str) -> dict[int, list[bool]]:
+    """`{step: the filter's choice}` as the trainer makes it: `field` of its filtered generation (`keep_groups` or
+    `keep_rows`), recorded after each `_filter_batch`."""
+    choices: dict[int, list[bool]] = {}
+    filter_batch = trainer._filter_batch
+
+    def recording_filter(batch):
+        result = filter_batch(batch)
+        choices[trainer.state.global_step + 1] = getattr(trainer.filtered_generation, field).tolist()
+        return result
+
+    trainer._filter_batch = recording_filter
+    return choices
+
+
 def tiny_run(folder, tokenizer) -> tuple[SNRFilteredGRPOTrainer, dict[int, list[bool]]]:
     """Train; returns the trainer and `{step: kept flag per group}` as the filter decided."""
-
-    def length_reward(completions, **kwargs):
-        return [float(len(c) % 3) for c in completions]
 
     args = tiny_trainer_args(
         folder,
@@ -48,15 +64,7 @@ def tiny_run(folder, tokenizer) -> tuple[SNRFilteredGRPOTrainer, dict[int, list[
         processing_class=tokenizer,
         callbacks=[MetricsJSONLCallback()],
     )
-    kept: dict[int, list[bool]] = {}
-    filter_batch = trainer._filter_batch
-
-    def recording_filter(batch):
-        result = filter_batch(batch)
-        kept[trainer.state.global_step + 1] = trainer.filtered_generation.keep_groups.tolist()
-        return result
-
-    trainer._filter_batch = recording_filter
+    kept = record_filter_choices(trainer, "keep_groups")
     decode = tokenizer.decode
 
     def decode_with_markup(*a, **k):  # every decoded text carries markup and a script

@@ -18,7 +18,7 @@ from trl_ragen2.runs.samples import (
     read_samples,
 )
 
-from .run_browser_helpers import INJECTED, STEPS
+from .run_browser_helpers import INJECTED, STEPS, length_reward, record_filter_choices
 
 
 def record(step, **extra):
@@ -196,9 +196,6 @@ def test_within_group_marks_each_rollout_as_the_filter_kept_it(tmp_path, tiny_to
 
     from .scripted import tiny_trainer_args
 
-    def length_reward(completions, **kwargs):
-        return [float(len(c) % 3) for c in completions]
-
     args = tiny_trainer_args(
         tmp_path, SNRFilteredGRPOConfig, max_steps=1, reward_variance_filtering="within_group",
         reward_variance_within_group_ratio=0.5, mi_diagnostics=False, sample_log_groups=4,
@@ -208,15 +205,7 @@ def test_within_group_marks_each_rollout_as_the_filter_kept_it(tmp_path, tiny_to
         model=make_tiny_model(tiny_tokenizer, seed=0), reward_funcs=length_reward, args=args,
         train_dataset=Dataset.from_dict({"prompt": ["a", "b", "c", "d"]}), processing_class=tiny_tokenizer,
     )  # fmt: skip
-    kept_rows = {}
-    filter_batch = trainer._filter_batch
-
-    def recording_filter(batch):
-        result = filter_batch(batch)
-        kept_rows[trainer.state.global_step + 1] = trainer.filtered_generation.keep_rows.tolist()
-        return result
-
-    trainer._filter_batch = recording_filter
+    kept_rows = record_filter_choices(trainer, "keep_rows")
     trainer.train()
     (rec,), notes = read_samples(tmp_path / "out" / keys.SAMPLES_FILE)
     size = rec["group_size"]
