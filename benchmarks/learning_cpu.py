@@ -457,10 +457,9 @@ def resolve_generation(args) -> None:
 def cpu_has_native_bf16() -> bool:
     """Whether oneDNN has bf16 kernels for this CPU (AVX-512 or AMX). Without them (AVX2 only) bf16 autocast is
     emulated, and slower than float32."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):  # a build without oneDNN
-        return False
+    from trl_ragen2.models.vllm_cpu import cpu_has_bf16_kernels
+
+    return cpu_has_bf16_kernels()
 
 
 def clock():

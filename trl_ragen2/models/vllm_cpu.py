@@ -11,7 +11,9 @@ TRL 1.16 builds the colocate engine itself (`VLLMGeneration._init_vllm`, a `vllm
   restores each layer, loads it and packs it again; it then repacks the vocabulary layers (the embedding keeps its
   weight, but a tied `lm_head` computes with its own packed copy).
 - **dtype.** TRL passes no dtype, and vLLM runs a float32 checkpoint in bfloat16 on CPU. `vllm_dtype="float32"`
-  makes the engine's log-probabilities those of a float32 policy (to 1e-6 in `tests/vllm`).
+  makes the engine's log-probabilities those of a float32 policy (to 1e-6 in `tests/vllm`). On a CPU without
+  bfloat16 matrix kernels (x86 with AVX2 but no AVX-512), vLLM's bfloat16 is emulated and many times slower than its
+  float32, so `vllm_dtype="auto"` resolves to float32 there ([`engine_dtype`]).
 - **Memory.** `gpu_memory_utilization` is read as the share of the host's memory for this process, *including* the
   trainer's own memory; a share the host cannot give fails deep inside vLLM's worker. The error is re-raised naming
   `vllm_gpu_memory_utilization` and `VLLM_CPU_KVCACHE_SPACE` (the KV cache in GiB, which bypasses the share).
@@ -44,8 +46,8 @@ class VLLMEngineArguments:
 
     vllm_dtype (`str`, defaults to `"auto"`):
         dtype of the colocate engine: `"auto"` keeps vLLM's choice (bfloat16 for a float32 checkpoint on CPU),
-        `"float32"` makes the engine's sampling log-probabilities those of a float32 policy. Server mode takes the
-        dtype from the server's own command line.
+        except on a CPU without bfloat16 kernels, where it is float32; `"float32"` makes the engine's sampling
+        log-probabilities those of a float32 policy. Server mode takes the dtype from the server's own command line.
     """
 
     vllm_dtype: str = field(
@@ -81,7 +83,27 @@ def vllm_platform_is_cpu() -> bool:
     return current_platform.is_cpu()
 
 
+def cpu_has_bf16_kernels() -> bool:
+    """Whether oneDNN has bfloat16 matrix kernels for this CPU (AVX-512 or AMX on x86); without them bfloat16 is
+    emulated."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch build without oneDNN
+        return False
+
+
+def engine_dtype(vllm_dtype: str) -> str:
+    """The dtype the colocate engine is built with: `vllm_dtype`, except that `"auto"` on vLLM's CPU build and a CPU
+    without bfloat16 kernels is `"float32"` (vLLM would pick an emulated bfloat16)."""
+    if vllm_dtype == "auto" and vllm_platform_is_cpu() and not cpu_has_bf16_kernels():
+        return "float32"
+    return vllm_dtype
+
+
 def _build_engine(llm_class, dtype: str, *args, **kwargs):
+    dtype = engine_dtype(dtype)
     if dtype != "auto":
         kwargs.setdefault("dtype", dtype)
     try:
