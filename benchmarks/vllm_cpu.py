@@ -6,7 +6,10 @@ rollout and whole GRPO step, and MI scoring.
    CPU, the trainers' default `vllm_dtype: auto`), on the same prompts, `--prompts` x `--new_tokens`; tokens/s and
    the ratio.
 2. Scoring: `VLLMCrossScorer` on each engine against `TransformersCrossScorer` (float32) on the same pairs (every
-   chain under every context); pairs/s, the ratio, and the largest per-pair difference.
+   chain under every context); pairs/s, the ratio, and the largest per-pair difference. The pairs are those of the
+   MI diagnostics' first-turn scope: FrozenLake's first prompts (system prompt and map, about 300 tokens) as
+   contexts, and replies sampled by transformers to the first `--chains` of them as chains. Both scorers prefill
+   each context once: transformers reuses its KV cache, vLLM reads its prefix cache (whole 128-token blocks).
 
 3. Rollout and step: `SNRFilteredGRPOTrainer` with the RAGEN rollout on FrozenLake, once through transformers'
    `generate` and once through TRL's vLLM colocate engine (float32, weights synced every step), unfiltered so every
@@ -170,6 +173,7 @@ def main():
 
     from trl_ragen2.collapse.scoring import TransformersCrossScorer
     from trl_ragen2.models.smollm2 import smollm2_path
+    from trl_ragen2_envs.datasets import build_rows
 
     spinner = multiprocessing.Process(target=spin, daemon=True) if args.busy else None
     if spinner:
@@ -202,9 +206,13 @@ def main():
         print(f"generation {args.prompts} x {args.new_tokens} tokens (sampled, T=1):")
         print(f"  transformers generate    {hf_tokens / hf_time:8.1f} tokens/s  ({hf_time:.2f} s)")
     contexts = chains = None
-    if "scoring" in args.parts:  # the chains: sampled replies to the first prompts, the same for every engine
-        contexts = prompts[: args.contexts]
-        padded = tokenizer.pad({"input_ids": prompts[: args.chains]}, return_tensors="pt", padding_side="left")
+    if "scoring" in args.parts:  # the chains: sampled replies to the first contexts, the same for every engine
+        contexts = [
+            tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False)
+            for row in build_rows("frozen_lake", "train", args.contexts)
+        ]
+        replied = [contexts[i % len(contexts)] for i in range(args.chains)]
+        padded = tokenizer.pad({"input_ids": replied}, return_tensors="pt", padding_side="left")
         torch.manual_seed(0)
         with torch.no_grad():
             out = model.generate(**padded, do_sample=True, temperature=1.0, max_new_tokens=args.new_tokens)

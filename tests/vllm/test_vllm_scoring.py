@@ -43,6 +43,46 @@ def test_vllm_scores_equal_transformers_scores(llm, model, seed):
     assert torch.equal(vllm_scores.argmax(1)[clear], hf_scores.argmax(1)[clear])
 
 
+class RecordingEngine:
+    """The engine, recording how many prompt tokens each request read from vLLM's prefix cache."""
+
+    def __init__(self, llm):
+        self.llm, self.cached = llm, []
+
+    def generate(self, prompts, sampling_params, use_tqdm):
+        outputs = self.llm.generate(prompts, sampling_params=sampling_params, use_tqdm=use_tqdm)
+        self.cached += [output.num_cached_tokens for output in outputs]
+        return outputs
+
+
+def test_contexts_are_prefilled_once_and_reused_exactly(llm, model):
+    """Contexts longer than a KV block (128 tokens on the CPU build): the other pairs of each context read its blocks
+    from the prefix cache; a chain scored twice under one context (its blocks reach into the chain) is scored again
+    without the cache. Every value equals the scorer's without reuse, and transformers' within float32 rounding."""
+    generator = torch.Generator().manual_seed(3)
+    contexts = [torch.randint(3, 600, (n,), generator=generator).tolist() for n in (130, 200, 300)]
+    chains = [torch.randint(3, 600, (n,), generator=generator).tolist() for n in (5, 30, 140, 12)]
+    chains.append(list(chains[2]))  # the same chain twice: its blocks under the 300-token context reach past it
+    llm.reset_prefix_cache()
+    plain = VLLMCrossScorer(llm=llm, reuse_context_cache=False).score(contexts, chains)
+    llm.reset_prefix_cache()
+    engine = RecordingEngine(llm)
+    reusing = VLLMCrossScorer(llm=engine)
+    scores = reusing.score(contexts, chains)
+    pairs = len(contexts) * len(chains)
+    assert reusing.num_missing == 0 and torch.isfinite(scores).all()
+    assert torch.equal(scores, plain)  # the same computation, with the context's KV read rather than recomputed
+    hf_scores = TransformersCrossScorer(model).score(contexts, chains)
+    assert (scores - hf_scores).abs().max().item() < FLOAT32_TOLERANCE
+    assert engine.cached[: len(contexts)] == [0, 0, 0]  # the first pair of each context fills the cache
+    assert sum(cached >= 128 for cached in engine.cached[len(contexts) : pairs]) == pairs - len(contexts)
+    # scored again, each pair finds its own blocks: those that reach past the context are scored without the cache
+    engine.cached = []
+    assert torch.equal(reusing.score(contexts, chains), plain)
+    reruns = engine.cached[pairs:]
+    assert len(reruns) >= 2 and all(cached == 0 for cached in reruns)  # at least chain 2 and its copy under 300
+
+
 def test_masked_pairs_are_not_scored(llm, model):
     contexts, chains = random_pairs(2, 3, 4)
     mask = torch.zeros(4, 3, dtype=torch.bool)
@@ -93,3 +133,19 @@ def test_kv_cache_error_names_the_setting_and_the_fix():
 
     with pytest.raises(ValueError, match="vllm_gpu_memory_utilization=0.05.*VLLM_CPU_KVCACHE_SPACE"):
         _build_engine(refusing_llm, "auto", model="m", gpu_memory_utilization=0.05)
+
+
+def test_auto_dtype_avoids_emulated_bf16_on_this_cpu(path):
+    """vLLM's own choice for a float32 checkpoint on its CPU build is bfloat16; where this CPU has no
+    bfloat16 kernels the colocate engine is built in float32 instead (benchmarks/vllm_cpu.py measures the cost)."""
+    import torch
+    from vllm.config import ModelConfig
+    from vllm.platforms import current_platform
+
+    from trl_ragen2.models.vllm_cpu import _build_engine, cpu_has_bf16_kernels
+
+    if not current_platform.is_cpu():
+        pytest.skip("CPU build only")
+    assert ModelConfig(model=path).dtype == torch.bfloat16
+    passed = _build_engine(lambda *args, **kwargs: kwargs, "auto", model=path)
+    assert passed.get("dtype") == (None if cpu_has_bf16_kernels() else "float32")

@@ -12,6 +12,14 @@ Two engines, both reached through the trainer's own vLLM (`trainer.vllm_generati
   - the portable path, `prompt_logprobs=0`: `RequestOutput.prompt_logprobs` is one entry per prompt position
     (`None` at position 0), each a dict `{token_id: Logprob}` that always holds the real token.
 
+  vLLM does not read its prefix cache for a prompt-logprob request by default: the positions served from the cache
+  get no logprob (their rows are left unwritten). Only the chain's positions are read here, so on the portable path
+  the scorer lets each request read the cache (`skip_reading_prefix_cache=False`) and prefills each context once:
+  the first pair of every context goes first, the others then reuse its KV blocks (whole blocks only: 128 tokens on
+  the CPU build). A request whose cached blocks reach into its chain (`RequestOutput.num_cached_tokens` >=
+  `len(context)`, e.g. the same chain scored twice under one context) is scored again without the cache, so every
+  value is one vLLM computed; `reuse_context_cache=False` turns the reuse off.
+
   With `vllm_enable_sleep_mode`, generation ends with `llm.sleep(level=2)`, which discards the weights; the scorer
   then re-pushes the current weights (`sync_weights`), wakes the KV cache, scores, and puts the engine back to sleep.
   With `vllm_tensor_parallel_size > 1`, the processes of a tensor-parallel group pool their requests, as TRL's
@@ -105,6 +113,8 @@ class VLLMCrossScorer:
         sampling_params_cls (*optional*): `vllm.SamplingParams` by default.
         token_id_path (`bool` or `None`): force the token-id path on/off; `None` detects it.
         request_batch_size (`int`, defaults to `1024`): requests per engine call.
+        reuse_context_cache (`bool`, defaults to `True`): prefill each context once and let its other pairs read
+            the KV blocks from vLLM's prefix cache (portable path, on vLLM versions with `skip_reading_prefix_cache`).
 
     ```python
     scorer = VLLMCrossScorer.from_trainer(trainer)
@@ -122,6 +132,7 @@ class VLLMCrossScorer:
         sampling_params_cls=None,
         token_id_path: bool | None = None,
         request_batch_size: int = 1024,
+        reuse_context_cache: bool = True,
     ):
         if vllm_generation is not None:
             self.mode = vllm_generation.mode
@@ -138,6 +149,7 @@ class VLLMCrossScorer:
             raise ValueError(f"request_batch_size must be >= 1, got {request_batch_size}")
         self.llm, self.client, self.vllm_generation, self.accelerator = llm, client, vllm_generation, accelerator
         self.request_batch_size = request_batch_size
+        self.reuse_context_cache = reuse_context_cache
         self._sampling_params_cls = sampling_params_cls
         self._token_id_path = token_id_path
         self.num_missing = 0  # pairs left NaN by the last `score` call
@@ -189,13 +201,22 @@ class VLLMCrossScorer:
             self._token_id_path = supports_token_id_scoring(self.sampling_params_cls)
         return self._token_id_path
 
-    def _params(self, sequence: list[int], start: int):
+    def _reads_cache(self) -> bool:
+        """Whether requests may read vLLM's prefix cache: the portable path, on a vLLM that lets a request opt in."""
+        fields = getattr(self.sampling_params_cls, "__struct_fields__", ())
+        return self.reuse_context_cache and not self._use_token_ids() and "skip_reading_prefix_cache" in fields
+
+    def _params(self, sequence: list[int], start: int, read_cache: bool = False):
         if self._use_token_ids():
             return self.sampling_params_cls(
                 max_tokens=1,
                 detokenize=False,
                 prompt_logprob_token_ids=[[token] for token in sequence[start:]],
                 prompt_logprob_start=start - 1,
+            )
+        if read_cache:
+            return self.sampling_params_cls(
+                max_tokens=1, detokenize=False, prompt_logprobs=0, skip_reading_prefix_cache=False
             )
         return self.sampling_params_cls(max_tokens=1, detokenize=False, prompt_logprobs=0)
 
@@ -204,15 +225,37 @@ class VLLMCrossScorer:
             return sum_token_id_logprobs(getattr(output, "prompt_token_id_logprobs", None), len(sequence) - start)
         return sum_prompt_logprobs(output.prompt_logprobs, sequence, start)
 
-    def _generate(self, sequences: list[list[int]], starts: list[int]) -> list[float]:
-        values = []
-        for begin in range(0, len(sequences), self.request_batch_size):
-            batch = range(begin, min(begin + self.request_batch_size, len(sequences)))
+    def _run(self, indices: list[int], sequences, starts, read_cache: bool) -> dict[int, tuple[float, bool]]:
+        """{index: (summed logprob, whether it is valid)} for the requests `indices`, in engine calls of
+        `request_batch_size`. A request that read the cache is valid only if the cache stopped before its chain: the
+        logprob of token p comes from row p - 1, and rows below `num_cached_tokens` are never written."""
+        results = {}
+        for begin in range(0, len(indices), self.request_batch_size):
+            batch = indices[begin : begin + self.request_batch_size]
             prompts = [{"prompt_token_ids": sequences[i]} for i in batch]
-            params = [self._params(sequences[i], starts[i]) for i in batch]
+            params = [self._params(sequences[i], starts[i], read_cache) for i in batch]
             outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
-            values += [self._read(out, sequences[i], starts[i]) for out, i in zip(outputs, batch, strict=True)]
-        return values
+            for out, i in zip(outputs, batch, strict=True):
+                cached = getattr(out, "num_cached_tokens", None) if read_cache else 0
+                valid = cached is not None and cached <= starts[i] - 1
+                results[i] = (self._read(out, sequences[i], starts[i]), valid)
+        return results
+
+    def _generate(self, sequences: list[list[int]], starts: list[int]) -> list[float]:
+        if not self._reads_cache():
+            results = self._run(list(range(len(sequences))), sequences, starts, read_cache=False)
+            return [results[i][0] for i in range(len(sequences))]
+        # the first pair of each context fills the cache with its blocks; the other pairs then read them
+        first_of_context = {}
+        for i, (sequence, start) in enumerate(zip(sequences, starts, strict=True)):
+            first_of_context.setdefault(tuple(sequence[:start]), i)
+        firsts = sorted(first_of_context.values())
+        rest = sorted(set(range(len(sequences))) - set(firsts))
+        results = self._run(firsts, sequences, starts, read_cache=True)
+        results.update(self._run(rest, sequences, starts, read_cache=True))
+        again = [i for i in range(len(sequences)) if not results[i][1]]
+        results.update(self._run(again, sequences, starts, read_cache=False))
+        return [results[i][0] for i in range(len(sequences))]
 
     def _score_colocate(self, sequences: list[list[int]], starts: list[int]) -> list[float]:
         """Score on this process's engine; with tensor parallelism, the group's requests run together (as TRL does)."""
