@@ -85,8 +85,26 @@ def clock() -> float:
 # Stages (each runs in its own process)
 
 
+def weights_sha256(model) -> str:
+    """A digest of the model's weights (names, dtypes, shapes and bytes, in state-dict order)."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().contiguous().cpu()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def run_warm(args, seed_dir: Path) -> dict:
-    """The solver's warm start, saved to `seed_dir/warm_start`, and its held-out evaluation."""
+    """The solver's warm start, saved to `seed_dir/warm_start`, and its held-out evaluation.
+
+    When `warm.json` exists but the weights folder does not (a run resumed on another machine, where only the stage
+    files were kept), the warm start is trained again and must reproduce the recorded weights bit for bit: the arms
+    still to run are then paired with the ones that ran on the recorded weights. The evaluation is not repeated."""
     import torch
     from learning_cpu import DEMOS, play
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -102,13 +120,25 @@ def run_warm(args, seed_dir: Path) -> dict:
     losses = warm_start(model, demos, epochs=args.sft_epochs, lr=args.sft_lr,
                         batch_size=args.sft_batch_size, seed=args.seed, bf16=args.bf16)  # fmt: skip
     train_s = clock() - start
+    digest = weights_sha256(model)
+    recorded = seed_dir / "warm.json"
+    if recorded.exists():
+        expected = json.loads(recorded.read_text()).get("warm_start_sha256")
+        if digest != expected:
+            raise SystemExit(
+                f"{seed_dir}: the rebuilt warm start's weights (sha256 {digest[:16]}...) differ from the recorded ones "
+                f"({str(expected)[:16]}...); its remaining arms cannot be paired with the finished ones. Start this "
+                "seed again in a new --run_dir."
+            )
     model.save_pretrained(seed_dir / "warm_start")
     tokenizer.save_pretrained(seed_dir / "warm_start")
+    if recorded.exists():
+        return json.loads(recorded.read_text())
     start = clock()
     llm = evaluation_engine(smollm2_path(), args.seed) if args.generation == "vllm" else None
     backend = engine_backend(llm, model, args.seed) if llm is not None else None
     evaluation = evaluate(model, tokenizer, specs("validation", args.eval_episodes), config, backend)
-    return {"eval": evaluation, "sft_loss_first_last": [losses[0], losses[-1]],
+    return {"eval": evaluation, "sft_loss_first_last": [losses[0], losses[-1]], "warm_start_sha256": digest,
             "time_s": {"train": round(train_s, 1), "eval": round(clock() - start, 1)}}  # fmt: skip
 
 
@@ -302,7 +332,14 @@ def main(argv=None):
     write_json(settings_path, settings)
     if args.stage == "all":  # every missing stage, each in a fresh process (one vLLM engine per process)
         for name in stage_names(args.arms):
-            if (seed_dir / f"{name}.json").exists():
+            rebuild = (
+                name == "warm"
+                and not (seed_dir / "warm_start").is_dir()
+                and any(not (seed_dir / f"{stage}.json").exists() for stage in stage_names(args.arms)[1:])
+            )
+            if rebuild and (seed_dir / "warm.json").exists():
+                print(f"seed {args.seed}: warm start weights missing, rebuilding them ...", flush=True)
+            elif (seed_dir / f"{name}.json").exists():
                 print(f"seed {args.seed}: {name} done already", flush=True)
                 continue
             print(f"seed {args.seed}: {name} ...", flush=True)

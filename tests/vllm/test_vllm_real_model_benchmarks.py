@@ -5,7 +5,8 @@ engines, a few minutes apiece on 2 cores; `make slow_vllm_tests`).
   GRPO filtered and unfiltered through TRL's colocate engine, their evaluations through it.
 - `benchmarks/paper_settings_cpu.py --quick --generation vllm`: the paper's settings, PPO with its critic and the
   entropy bonus, GRPO with the entropy bonus and KL, each filtered and unfiltered, every stage its own process; a
-  rerun skips the finished stages; the report over the seed.
+  rerun skips the finished stages, rebuilds missing warm-start weights (refusing any that differ from the recorded
+  ones); the report over the seed.
 """
 
 import json
@@ -62,6 +63,19 @@ def test_paper_settings_benchmark_runs_every_stage_through_vllm_and_resumes(tmp_
     assert "kl" in results["grpo_unfiltered"]["logs"][0]
     # a rerun finds every stage done and starts nothing
     assert run(script, *common, cwd=ROOT).count("done already") == len(stages)
+    # only the stage files kept (another machine): the warm start is rebuilt bit for bit, the missing arm runs again
+    subprocess.run(["rm", "-r", seed_dir / "warm_start", seed_dir / "ppo_unfiltered.json"], check=True)
+    rerun = run(script, *common, cwd=ROOT)
+    assert "warm start weights missing, rebuilding them" in rerun and (seed_dir / "ppo_unfiltered.json").exists()
+    assert json.loads((seed_dir / "warm.json").read_text()) == results["warm"]
+    # weights that do not reproduce the recorded ones are refused before any arm runs
+    subprocess.run(["rm", "-r", seed_dir / "warm_start", seed_dir / "ppo_unfiltered.json"], check=True)
+    (seed_dir / "warm.json").write_text(json.dumps({**results["warm"], "warm_start_sha256": "0" * 64}))
+    refused = subprocess.run([sys.executable, script, *map(str, common)], cwd=ROOT, env=ENV, capture_output=True,
+                             text=True)  # fmt: skip
+    assert refused.returncode != 0 and "differ from the recorded ones" in refused.stderr
+    assert not (seed_dir / "ppo_unfiltered.json").exists()
+    (seed_dir / "warm.json").write_text(json.dumps(results["warm"]))
     report = run(script, "--report", tmp_path / "runs", "--figures", tmp_path / "figures", cwd=ROOT)
     assert "ppo: filtered − unfiltered, paired by seed (0)" in report
     assert (tmp_path / "figures" / "paper_settings_curves.png").stat().st_size > 0
