@@ -2,9 +2,10 @@
 rollout and whole GRPO step, and MI scoring.
 
 1. Generation: `model.generate` (float32, sampled at temperature 1) against a vLLM engine per `--vllm_dtypes`
-   (float32, what the trainers' `vllm_dtype: float32` gives; bfloat16, what vLLM picks for a float32 checkpoint on
-   CPU, the trainers' default `vllm_dtype: auto`), on the same prompts, `--prompts` x `--new_tokens`; tokens/s and
-   the ratio.
+   (float32, what the trainers' `vllm_dtype: float32` gives; bfloat16, what vLLM itself picks for a float32
+   checkpoint on CPU, kept by the trainers' default `vllm_dtype: auto` only on a CPU with bfloat16 kernels), on the
+   same prompts, `--prompts` x `--new_tokens`; tokens/s and the ratio. By default bfloat16 runs only where the CPU has
+   bfloat16 kernels (emulated, it is many times slower than float32).
 2. Scoring: `VLLMCrossScorer` on each engine against `TransformersCrossScorer` (float32) on the same pairs (every
    chain under every context); pairs/s, the ratio, and the largest per-pair difference. The pairs are those of the
    MI diagnostics' first-turn scope: FrozenLake's first prompts (system prompt and map, about 300 tokens) as
@@ -163,10 +164,15 @@ def main():
                         default=["generation", "scoring", "step"])  # fmt: skip
     parser.add_argument("--shapes", nargs="+", choices=sorted(STEP_SHAPES), default=["preset", "large"],
                         help="the step part's batch shapes")  # fmt: skip
-    parser.add_argument("--vllm_dtypes", nargs="+", choices=["float32", "bfloat16"], default=["float32", "bfloat16"],
-                        help="the generation and scoring parts' vLLM engines, one after the other")  # fmt: skip
+    parser.add_argument("--vllm_dtypes", nargs="+", choices=["float32", "bfloat16"], default=None,
+                        help="the generation and scoring parts' vLLM engines, one after the other (default: float32, "
+                        "and bfloat16 where the CPU has bfloat16 kernels)")  # fmt: skip
     parser.add_argument("--busy", action="store_true")
     args = parser.parse_args()
+    if args.vllm_dtypes is None:
+        from trl_ragen2.models.vllm_cpu import cpu_has_bf16_kernels
+
+        args.vllm_dtypes = ["float32", "bfloat16"] if cpu_has_bf16_kernels() else ["float32"]
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
