@@ -191,7 +191,8 @@ def fisher_one_sided(wins: int, n: int, baseline_wins: int, baseline_n: int) -> 
 
 def evaluate(model, tokenizer, episode_specs, rollout_config, generate=None) -> dict:
     episodes = play(model, tokenizer, episode_specs, rollout_config, generate=generate)
-    wins = sum(int(e.stats()["success"]) for e in episodes)
+    outcomes = [int(e.stats()["success"]) for e in episodes]  # per held-out map, in `episode_specs` order
+    wins = sum(outcomes)
     rate, low, high = wilson(wins, len(episodes))
     format_errors = sum(e.stats()["format_errors"] for e in episodes) / max(
         1, sum(e.stats()["turns"] for e in episodes)
@@ -202,6 +203,7 @@ def evaluate(model, tokenizer, episode_specs, rollout_config, generate=None) -> 
         "ci_high": high,
         "episodes": len(episodes),
         "format_error_rate": format_errors,
+        "outcomes": outcomes,
     }
 
 
@@ -562,6 +564,16 @@ def pool(paths: list[str]) -> dict:
             raise SystemExit(f"--pool: seed {seed} is in more than one file; keep one run of each seed")
         merged["seeds"][seed] = {name: results["eval"][name] for name in POLICIES}
     return merged
+
+
+def mcnemar_exact(wins_only_first: int, wins_only_second: int) -> float:
+    """Two-sided exact McNemar p-value for two policies evaluated on the same episodes: given the discordant
+    episodes (won by exactly one of the two), the chance under equal success rates of a split at least as uneven
+    (twice the smaller binomial(n, 1/2) tail, at most 1)."""
+    n, k = wins_only_first + wins_only_second, min(wins_only_first, wins_only_second)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
 
 
 def successes(evaluation: dict) -> int:

@@ -24,8 +24,8 @@ exists, so a run interrupted between stages resumes where it stopped (a stage cu
     python benchmarks/paper_settings_cpu.py --report runs/paper_settings  # the table and curves over the seeds
 
 The report gives held-out success per policy with 95% Wilson intervals (pooled over seeds), filtered - unfiltered
-paired by seed with a 95% t interval, and the curves over steps (training success, kept fraction, Retrieval-Acc,
-MI-Est, token entropy).
+paired by seed with a 95% t interval and, within each seed, paired by held-out map with the exact McNemar test, and
+the curves over steps (training success, kept fraction, Retrieval-Acc, MI-Est, token entropy).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from learning_cpu import (  # noqa: E402
     evaluate,
     evaluation_engine,
     grpo,
+    mcnemar_exact,
     resolve_generation,
     rollout_config,
     specs,
@@ -219,6 +220,14 @@ def report(run_dir: Path, figures: Path) -> list[dict]:
         print(f"\n{arm}: filtered − unfiltered, paired by seed ({', '.join(str(s) for s, _ in paired)}): "
               f"{' / '.join(f'{d:+.3f}' for d in differences)}; mean {mean:+.3f} ± {half:.3f} [95% t, "
               f"{len(differences)} seeds]")  # fmt: skip
+        for seed, stages in paired:  # the same held-out maps: paired by episode within the seed
+            first, second = (stages[f"{arm}_{v}"]["eval"].get("outcomes") for v in VARIANTS)
+            if first is None or second is None:
+                continue
+            only_first = sum(a > b for a, b in zip(first, second, strict=True))
+            only_second = sum(b > a for a, b in zip(first, second, strict=True))
+            print(f"{arm} seed {seed}, paired by episode: filtered alone won {only_first}, unfiltered alone won "
+                  f"{only_second} of {len(first)}; exact McNemar p = {mcnemar_exact(only_first, only_second):.3f}")  # fmt: skip
     plot_curves(seeds, figures / "paper_settings_curves.png")
     return rows
 

@@ -54,6 +54,8 @@ def test_paper_settings_benchmark_runs_every_stage_through_vllm_and_resumes(tmp_
     for name in stages[1:]:
         logs = results[name]["logs"]
         assert len(logs) == 2 and all(math.isfinite(entry["loss"]) for entry in logs)
+        outcomes = results[name]["eval"]["outcomes"]  # one per held-out map, for the report's McNemar test
+        assert len(outcomes) == 4 and sum(outcomes) == round(4 * results[name]["eval"]["success"])
         assert ("ragen2/filter/kept_fraction" in logs[0]) == name.endswith("_filtered")
         assert "ragen2/mi/first_turn/retrieval_acc" in logs[0]
     assert results["ppo_filtered"]["fields"] == {"algorithm": "ppo", "entropy_coef": 0.001, "beta": 0.0,

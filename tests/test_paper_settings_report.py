@@ -1,0 +1,75 @@
+"""`benchmarks/paper_settings_cpu.py --report`: the table over the seeds' stage files, checked against values worked
+out by hand (Wilson bounds, the paired t interval, exact McNemar tails on the same held-out maps)."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from .benchmark_scripts import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def benchmark():
+    return load_benchmark("paper_settings_cpu")
+
+
+def evaluation(outcomes: list[int]) -> dict:
+    return {"success": sum(outcomes) / len(outcomes), "episodes": len(outcomes), "outcomes": outcomes}
+
+
+def write_seed(run_dir: Path, seed: int, filtered: list[int], unfiltered: list[int], **settings) -> None:
+    seed_dir = run_dir / f"seed{seed}"
+    seed_dir.mkdir(parents=True)
+    (seed_dir / "settings.json").write_text(json.dumps({"seed": seed, "grpo_steps": 24, "arms": ["ppo"], **settings}))
+    (seed_dir / "warm.json").write_text(json.dumps({"eval": evaluation([1, 0] * 5), "time_s": {"train": 10}}))
+    logs = [
+        {"loss": 0.1, "entropy": 1.0, "ragen2/filter/kept_fraction": 0.5, "ragen2/env/frozen_lake/success_rate": 0.5}
+    ]
+    for variant, outcomes in (("filtered", filtered), ("unfiltered", unfiltered)):
+        stage = {"eval": evaluation(outcomes), "logs": logs, "time_s": {"train": 100 + seed}}
+        (seed_dir / f"ppo_{variant}.json").write_text(json.dumps(stage))
+
+
+def test_mcnemar_exact_matches_hand_worked_binomial_tails(benchmark):
+    mcnemar = benchmark.mcnemar_exact
+    assert mcnemar(0, 0) == 1.0
+    assert mcnemar(5, 0) == mcnemar(0, 5) == pytest.approx(2 / 32)
+    assert mcnemar(1, 4) == pytest.approx(2 * (1 + 5) / 32)
+    assert mcnemar(10, 2) == pytest.approx(2 * (1 + 12 + 66) / 4096)
+    assert mcnemar(3, 3) == 1.0  # the doubled tail passes 1
+
+
+def test_report_pools_seeds_and_pairs_by_seed_and_by_episode(benchmark, tmp_path, capsys):
+    # seed 0: filtered wins maps 0-5, unfiltered maps 0-1 and 6 (filtered alone 4, unfiltered alone 1)
+    write_seed(tmp_path, 0, [1] * 6 + [0] * 4, [1, 1, 0, 0, 0, 0, 1, 0, 0, 0])
+    # seed 1: both win the same 3 maps
+    write_seed(tmp_path, 1, [1, 1, 1] + [0] * 7, [1, 1, 1] + [0] * 7)
+    rows = benchmark.report(tmp_path, tmp_path / "figures")
+    out = capsys.readouterr().out
+    filtered = next(row for row in rows if row["policy"] == "ppo_filtered")
+    assert filtered["wins"] == [6, 3] and filtered["rate"] == pytest.approx(9 / 20)
+    p, z, n = 9 / 20, 1.96, 20
+    centre, half = (
+        (p + z * z / (2 * n)) / (1 + z * z / n),
+        z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n),
+    )
+    assert filtered["ci"] == pytest.approx([centre - half, centre + half])
+    assert "| ppo_filtered | 2 | 6 / 3 | 9 of 20: 0.450" in out
+    # differences 0.3 and 0.0: mean 0.15, half-width t(0.975, 1) * sd / sqrt(2) = 12.706 * 0.2121 / 1.4142
+    half_t = 12.7062 * math.sqrt(((0.3 - 0.15) ** 2 + (0.0 - 0.15) ** 2) / 1) / math.sqrt(2)
+    assert f"mean +0.150 ± {half_t:.3f} [95% t, 2 seeds]" in out
+    assert f"filtered alone won 4, unfiltered alone won 1 of 10; exact McNemar p = {2 * 6 / 32:.3f}" in out
+    assert (
+        "ppo seed 1, paired by episode: filtered alone won 0, unfiltered alone won 0 of 10; exact McNemar p = 1.000"
+        in out
+    )
+    assert (tmp_path / "figures" / "paper_settings_curves.png").stat().st_size > 0
+
+
+def test_report_refuses_seeds_run_with_different_settings(benchmark, tmp_path):
+    write_seed(tmp_path, 0, [1, 0], [0, 1])
+    write_seed(tmp_path, 1, [1, 0], [0, 1], grpo_steps=12)
+    with pytest.raises(SystemExit, match="grpo_steps"):
+        benchmark.report(tmp_path, tmp_path / "figures")
