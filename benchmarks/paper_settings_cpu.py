@@ -217,9 +217,11 @@ def report(run_dir: Path, figures: Path) -> list[dict]:
         differences = [stages[f"{arm}_filtered"]["eval"]["success"] - stages[f"{arm}_unfiltered"]["eval"]["success"]
                        for _, stages in paired]  # fmt: skip
         mean, half = interval(differences)
+        spread = (
+            f"± {half:.3f} [95% t, {len(differences)} seeds]" if len(differences) > 1 else "(one seed: no t interval)"
+        )
         print(f"\n{arm}: filtered − unfiltered, paired by seed ({', '.join(str(s) for s, _ in paired)}): "
-              f"{' / '.join(f'{d:+.3f}' for d in differences)}; mean {mean:+.3f} ± {half:.3f} [95% t, "
-              f"{len(differences)} seeds]")  # fmt: skip
+              f"{' / '.join(f'{d:+.3f}' for d in differences)}; mean {mean:+.3f} {spread}")  # fmt: skip
         for seed, stages in paired:  # the same held-out maps: paired by episode within the seed
             first, second = (stages[f"{arm}_{v}"]["eval"].get("outcomes") for v in VARIANTS)
             if first is None or second is None:

@@ -68,6 +68,12 @@ def test_report_pools_seeds_and_pairs_by_seed_and_by_episode(benchmark, tmp_path
     assert (tmp_path / "figures" / "paper_settings_curves.png").stat().st_size > 0
 
 
+def test_report_of_one_seed_gives_no_t_interval(benchmark, tmp_path, capsys):
+    write_seed(tmp_path, 3, [1, 1, 0, 0], [1, 0, 0, 0])
+    benchmark.report(tmp_path, tmp_path / "figures")
+    assert "paired by seed (3): +0.250; mean +0.250 (one seed: no t interval)" in capsys.readouterr().out
+
+
 def test_report_refuses_seeds_run_with_different_settings(benchmark, tmp_path):
     write_seed(tmp_path, 0, [1, 0], [0, 1])
     write_seed(tmp_path, 1, [1, 0], [0, 1], grpo_steps=12)
