@@ -79,3 +79,19 @@ def test_report_refuses_seeds_run_with_different_settings(benchmark, tmp_path):
     write_seed(tmp_path, 1, [1, 0], [0, 1], grpo_steps=12)
     with pytest.raises(SystemExit, match="grpo_steps"):
         benchmark.report(tmp_path, tmp_path / "figures")
+
+
+def test_docs_quote_the_report_of_the_kept_stage_files(benchmark, tmp_path, capsys):
+    """docs/real_model.md gives the paper-settings figures exactly as the report prints them from the stage files
+    kept in benchmarks/results/paper_settings (table rows, paired differences, McNemar lines)."""
+    root = Path(__file__).resolve().parent.parent
+    benchmark.report(root / "benchmarks" / "results" / "paper_settings", tmp_path)
+    printed = [
+        line.strip()
+        for line in capsys.readouterr().out.splitlines()
+        if (line.startswith("| ") and not line.startswith("| policy")) or ("filtered" in line and ": " in line)
+    ]
+    assert any(line.startswith("| warm |") for line in printed)
+    docs = (root / "docs" / "real_model.md").read_text()
+    missing = [line for line in printed if line not in docs]
+    assert not missing, f"docs/real_model.md does not quote these report lines: {missing}"
