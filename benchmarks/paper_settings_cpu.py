@@ -103,9 +103,10 @@ def weights_sha256(model) -> str:
 def run_warm(args, seed_dir: Path) -> dict:
     """The solver's warm start, saved to `seed_dir/warm_start`, and its held-out evaluation.
 
-    When `warm.json` exists but the weights folder does not (a run resumed on another machine, where only the stage
-    files were kept), the warm start is trained again and must reproduce the recorded weights bit for bit: the arms
-    still to run are then paired with the ones that ran on the recorded weights. The evaluation is not repeated."""
+    When `warm.json` exists but the weights folder does not (a run resumed where only the stage files were kept),
+    the warm start is trained again and must reproduce the recorded weights bit for bit, which in practice needs the
+    same CPU kind and library versions: the arms still to run are then paired with the ones that ran on the recorded
+    weights. The evaluation is not repeated."""
     import torch
     from learning_cpu import DEMOS, play
     from transformers import AutoModelForCausalLM, AutoTokenizer
