@@ -95,3 +95,21 @@ def test_docs_quote_the_report_of_the_kept_stage_files(benchmark, tmp_path, caps
     docs = (root / "docs" / "real_model.md").read_text()
     missing = [line for line in printed if line not in docs]
     assert not missing, f"docs/real_model.md does not quote these report lines: {missing}"
+
+
+def test_method_page_and_readme_give_the_reports_pooled_figures(benchmark, tmp_path, capsys):
+    """docs/method.md and the README's evidence paragraph quote each policy's pooled success with its Wilson interval,
+    and method.md the paired difference, exactly as the report prints them from the kept stage files."""
+    root = Path(__file__).resolve().parent.parent
+    benchmark.report(root / "benchmarks" / "results" / "paper_settings", tmp_path)
+    out = capsys.readouterr().out.splitlines()
+    pooled = [
+        line.split(" | ")[3] for line in out if line.startswith("| ") and not line.startswith(("| policy", "|---"))
+    ]
+    paired = [line.split("paired by seed ", 1)[1] for line in out if "paired by seed " in line]
+    assert pooled and paired
+    method = (root / "docs" / "method.md").read_text(encoding="utf-8")
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    assert [cell for cell in pooled if cell not in method] == []
+    assert [line for line in paired if line not in method] == []
+    assert [cell for cell in pooled if cell.split(": ", 1)[1] not in readme] == []

@@ -89,3 +89,21 @@ def test_every_flag_the_page_names_exists():
         options |= set(TrlParser((AgentScriptArguments, config, ModelConfig))._option_string_actions)
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9_]*\b", PAGE.read_text(encoding="utf-8")))
     assert named and sorted(named - options) == []
+
+
+def test_the_method_pages_gpu_commands_are_the_paper_main_comparison():
+    """docs/method.md's "What would settle it": FrozenLake PPO on the paper config, once with the paper's filter
+    (linear top-p 0.9 on the variance, zero-variance groups dropped) and once with the filter off, same seed."""
+    text = (ROOT / "docs" / "method.md").read_text(encoding="utf-8")
+    filtered, unfiltered = page_commands(text)
+    for command in (filtered, unfiltered):
+        script_args, training_args, _ = parse(command)
+        assert command.recipe == "frozen_lake" and script_args.algorithm == "ppo"
+        assert type(training_args) is SNRFilteredPPOConfig and training_args.max_steps == 1600
+        assert training_args.seed == 0
+    _, on, _ = parse(filtered)
+    _, off, _ = parse(unfiltered)
+    assert on.reward_variance_filtering == "top_p" and on.reward_variance_top_p == 0.9
+    assert on.reward_variance_top_p_mode == "linear"
+    assert not on.reward_variance_include_zero
+    assert off.reward_variance_filtering is None
