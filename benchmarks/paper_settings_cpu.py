@@ -191,10 +191,18 @@ def load(run_dir: Path) -> dict[int, dict[str, dict]]:
     return seeds
 
 
-def report(run_dir: Path, figures: Path) -> list[dict]:
-    """Print the Markdown table over the seeds and draw the curves; returns the table's rows."""
+def paired_mean(differences: list[float]) -> str:
+    """The mean of per-seed differences with its 95% t interval (none from one seed)."""
     from keep_rate_bandit import interval
 
+    mean, half = interval(differences)
+    if len(differences) == 1:
+        return f"mean {mean:+.3f} (one seed: no t interval)"
+    return f"mean {mean:+.3f} ± {half:.3f} [95% t, {len(differences)} seeds]"
+
+
+def report(run_dir: Path, figures: Path) -> list[dict]:
+    """Print the Markdown table over the seeds and draw the curves; returns the table's rows."""
     seeds = load(run_dir)
     names = sorted({name for stages in seeds.values() for name in stages}, key=lambda n: (n != "warm", n))
     rows = []
@@ -210,6 +218,16 @@ def report(run_dir: Path, figures: Path) -> list[dict]:
         rows.append({"policy": name, "seeds": sorted(runs), "wins": wins, "rate": rate, "ci": [low, high]})
         print(f"| {name} | {len(runs)} | {' / '.join(map(str, wins))} | {sum(wins)} of {episodes}: {rate:.3f} "
               f"[{low:.3f}, {high:.3f}] | {train_s:.0f} |")  # fmt: skip
+    seed_sets = {row["policy"]: row["seeds"] for row in rows}
+    if len({tuple(s) for s in seed_sets.values()}) > 1:  # pooled rows over different seeds do not compare
+        print("the rows pool different seeds (" + "; ".join(f"{k}: {v}" for k, v in seed_sets.items())
+              + "): compare policies through the differences paired by seed below")  # fmt: skip
+    print()
+    for name in names[1:] if names and names[0] == "warm" else []:
+        paired = [(seed, stages) for seed, stages in sorted(seeds.items()) if "warm" in stages and name in stages]
+        differences = [stages[name]["eval"]["success"] - stages["warm"]["eval"]["success"] for _, stages in paired]
+        print(f"{name} − warm start, paired by seed ({', '.join(str(s) for s, _ in paired)}): "
+              f"{' / '.join(f'{d:+.3f}' for d in differences)}; {paired_mean(differences)}")  # fmt: skip
     for arm in ARMS:
         paired = [(seed, stages) for seed, stages in sorted(seeds.items())
                   if f"{arm}_filtered" in stages and f"{arm}_unfiltered" in stages]  # fmt: skip
@@ -217,12 +235,8 @@ def report(run_dir: Path, figures: Path) -> list[dict]:
             continue
         differences = [stages[f"{arm}_filtered"]["eval"]["success"] - stages[f"{arm}_unfiltered"]["eval"]["success"]
                        for _, stages in paired]  # fmt: skip
-        mean, half = interval(differences)
-        spread = (
-            f"± {half:.3f} [95% t, {len(differences)} seeds]" if len(differences) > 1 else "(one seed: no t interval)"
-        )
         print(f"\n{arm}: filtered − unfiltered, paired by seed ({', '.join(str(s) for s, _ in paired)}): "
-              f"{' / '.join(f'{d:+.3f}' for d in differences)}; mean {mean:+.3f} {spread}")  # fmt: skip
+              f"{' / '.join(f'{d:+.3f}' for d in differences)}; {paired_mean(differences)}")  # fmt: skip
         for seed, stages in paired:  # the same held-out maps: paired by episode within the seed
             first, second = (stages[f"{arm}_{v}"]["eval"].get("outcomes") for v in VARIANTS)
             if first is None or second is None:

@@ -65,7 +65,23 @@ def test_report_pools_seeds_and_pairs_by_seed_and_by_episode(benchmark, tmp_path
         "ppo seed 1, paired by episode: filtered alone won 0, unfiltered alone won 0 of 10; exact McNemar p = 1.000"
         in out
     )
+    # each policy against its seed's warm start (5 of 10 on both seeds): filtered +0.1 / -0.2
+    half_w = 12.7062 * math.sqrt(((0.1 + 0.05) ** 2 + (-0.2 + 0.05) ** 2) / 1) / math.sqrt(2)
+    assert f"ppo_filtered − warm start, paired by seed (0, 1): +0.100 / -0.200; mean -0.050 ± {half_w:.3f}" in out
+    assert "pool different seeds" not in out
     assert (tmp_path / "figures" / "paper_settings_curves.png").stat().st_size > 0
+
+
+def test_report_says_when_rows_pool_different_seeds(benchmark, tmp_path, capsys):
+    """A seed whose unfiltered run has not finished: its filtered run joins the pooled row but not the pairing."""
+    write_seed(tmp_path, 0, [1, 1, 0, 0], [1, 0, 0, 0])
+    write_seed(tmp_path, 1, [1, 1, 1, 0], [0, 0, 0, 0])
+    (tmp_path / "seed1" / "ppo_unfiltered.json").unlink()
+    benchmark.report(tmp_path, tmp_path / "figures")
+    out = capsys.readouterr().out
+    assert "the rows pool different seeds (warm: [0, 1]; ppo_filtered: [0, 1]; ppo_unfiltered: [0])" in out
+    assert "ppo: filtered − unfiltered, paired by seed (0): +0.250; mean +0.250 (one seed: no t interval)" in out
+    assert "ppo_unfiltered − warm start, paired by seed (0): -0.250; mean -0.250 (one seed: no t interval)" in out
 
 
 def test_report_of_one_seed_gives_no_t_interval(benchmark, tmp_path, capsys):
@@ -106,7 +122,7 @@ def test_method_page_and_readme_give_the_reports_pooled_figures(benchmark, tmp_p
     pooled = [
         line.split(" | ")[3] for line in out if line.startswith("| ") and not line.startswith(("| policy", "|---"))
     ]
-    paired = [line.split("paired by seed ", 1)[1] for line in out if "paired by seed " in line]
+    paired = [line.split("paired by seed ", 1)[1] for line in out if "filtered − unfiltered, paired by seed " in line]
     assert pooled and paired
     method = (root / "docs" / "method.md").read_text(encoding="utf-8")
     readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
