@@ -220,7 +220,7 @@ def report(run_dir: Path, figures: Path) -> list[dict]:
               f"[{low:.3f}, {high:.3f}] | {train_s:.0f} |")  # fmt: skip
     seed_sets = {row["policy"]: row["seeds"] for row in rows}
     if len({tuple(s) for s in seed_sets.values()}) > 1:  # pooled rows over different seeds do not compare
-        print("the rows pool different seeds (" + "; ".join(f"{k}: {v}" for k, v in seed_sets.items())
+        print("\nthe rows pool different seeds (" + "; ".join(f"{k}: {v}" for k, v in seed_sets.items())
               + "): compare policies through the differences paired by seed below")  # fmt: skip
     print()
     for name in names[1:] if names and names[0] == "warm" else []:
