@@ -79,5 +79,7 @@ def test_paper_settings_benchmark_runs_every_stage_through_vllm_and_resumes(tmp_
     assert not (seed_dir / "ppo_unfiltered.json").exists()
     (seed_dir / "warm.json").write_text(json.dumps(results["warm"]))
     report = run(script, "--report", tmp_path / "runs", "--figures", tmp_path / "figures", cwd=ROOT)
-    assert "ppo: filtered − unfiltered, paired by seed (0)" in report
+    # the refused rerun left PPO without its unfiltered arm: only GRPO pairs, every arm against the warm start
+    assert "grpo: filtered − unfiltered, paired by seed (0)" in report and "ppo: filtered" not in report
+    assert "ppo_filtered − warm start, paired by seed (0)" in report
     assert (tmp_path / "figures" / "paper_settings_curves.png").stat().st_size > 0
