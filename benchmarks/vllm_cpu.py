@@ -17,7 +17,9 @@ rollout and whole GRPO step, and MI scoring.
    step updates on the whole batch, MI diagnostics off. Two shapes: the CPU preset's (2 prompts x 4 rollouts, 5
    turns of up to 24 tokens, `recipes/configs/agent_cpu.yaml`) and 16 rollouts x 5 turns x 96 tokens. Per arm:
    the rollout's reply tokens per second of rollout wall time, and the whole step's time (TRL's `step_time`), as
-   the mean over `--steps` steps after one warm-up step, each arm in a fresh process. Episodes end early when the
+   the mean over `--steps` steps after one warm-up step, each arm in a fresh process, and the step's time split into
+   the rollout, the policy's forward passes without gradient (on the vLLM path, TRL's importance-sampling
+   correction recomputes the sampled tokens' log-probs), the weight sync and the rest. Episodes end early when the
    agent falls or arrives, so the arms generate different token counts; tokens/s accounts for that, the step time
    does not.
 
@@ -70,6 +72,28 @@ class TimedRollout:
         self.seconds.append(time.perf_counter() - start)
         self.tokens.append(sum(sum(mask) for mask in out["env_mask"]))
         return out
+
+
+class TimedCalls:
+    """Replaces `owner.name` with a wrapper that sums the wall time of its calls (those for which `when()` holds) per
+    trainer step (`trainer.state.global_step` at the call: `train()` replaces the state object, so it is read at each
+    call); `after_first()` leaves out the warm-up step's."""
+
+    def __init__(self, owner, name, trainer, when=lambda: True):
+        self.function, self.trainer, self.when = getattr(owner, name), trainer, when
+        self.seconds = {}  # global step -> seconds
+        setattr(owner, name, self)
+
+    def __call__(self, *args, **kwargs):
+        if not self.when():
+            return self.function(*args, **kwargs)
+        step, start = self.trainer.state.global_step, time.perf_counter()
+        result = self.function(*args, **kwargs)
+        self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - start
+        return result
+
+    def after_first(self):
+        return sum(self.seconds.get(step, 0.0) for step in range(1, max(self.seconds, default=0) + 1))
 
 
 # The step part's batch shapes: (label, (prompts, rollouts per prompt, turns, tokens per turn)).
@@ -125,6 +149,7 @@ def train_steps(path, *, use_vllm, prompts, generations, turns, tokens, steps):
     every step after the first."""
     import tempfile
 
+    import torch
     from datasets import Dataset
 
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
@@ -145,11 +170,22 @@ def train_steps(path, *, use_vllm, prompts, generations, turns, tokens, steps):
         dataset = Dataset.from_list(build_rows("frozen_lake", "train", prompts * (steps + 1)))
         trainer = SNRFilteredGRPOTrainer(model=path, reward_funcs=env_return, args=config, train_dataset=dataset,
                                          rollout_func=rollout)  # fmt: skip
+        # The policy's forward passes without gradient: on the vLLM path, TRL's importance-sampling correction
+        # recomputes the sampled tokens' log-probs with the training model; the generate path skips that forward
+        # when each batch is used once.
+        no_grad_forward = TimedCalls(trainer, "_get_per_token_logps_and_entropies", trainer,
+                                     when=lambda: not torch.is_grad_enabled())  # fmt: skip
+        sync = TimedCalls(trainer.vllm_generation, "sync_weights", trainer) if use_vllm else None
         trainer.train()
         step_times = [row["step_time"] for row in trainer.state.log_history if "step_time" in row][1:]
         del trainer
     seconds, count = sum(rollout.seconds[1:]), sum(rollout.tokens[1:])
-    return {"tokens_per_s": count / seconds, "tokens": count, "step_s": sum(step_times) / len(step_times)}
+    timed = len(step_times)
+    return {
+        "tokens_per_s": count / seconds, "tokens": count, "step_s": sum(step_times) / timed,
+        "rollout_s": seconds / timed, "no_grad_forward_s": no_grad_forward.after_first() / timed,
+        "sync_s": sync.after_first() / timed if sync else 0.0,
+    }  # fmt: skip
 
 
 def main():
@@ -257,6 +293,11 @@ def main():
                       f"   step {arm['step_s']:7.2f} s")  # fmt: skip
             print(f"  ratio vLLM / transformers: rollout {vl['tokens_per_s'] / hf['tokens_per_s']:.2f}x, "
                   f"step {hf['step_s'] / vl['step_s']:.2f}x faster")  # fmt: skip
+            print("  seconds per step: rollout + policy forward without gradient + weight sync + the rest (training)")
+            for name, arm in arms.items():
+                rest = arm["step_s"] - arm["rollout_s"] - arm["no_grad_forward_s"] - arm["sync_s"]
+                print(f"  {name:13s} {arm['step_s']:7.2f} = {arm['rollout_s']:7.2f} + {arm['no_grad_forward_s']:6.2f}"
+                      f" + {arm['sync_s']:5.2f} + {rest:7.2f}")  # fmt: skip
     if spinner:
         spinner.terminate()
 
