@@ -10,7 +10,7 @@ from trl import ModelConfig, TrlParser
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredPPOConfig
 from trl_ragen2.recipe_utils import CRITIC_ALGORITHMS, PAPER_ALGORITHMS, AgentScriptArguments
 
-from .reproduction_commands import ACCELERATE_OPTIONS, PAGE, ROOT, Command, load_recipe, page_commands
+from .reproduction_commands import ACCELERATE_OPTIONS, PAGE, ROOT, Command, load_recipe, page_commands, parse_line
 
 
 COMMANDS = page_commands()
@@ -107,3 +107,21 @@ def test_the_method_pages_gpu_commands_are_the_paper_main_comparison():
     assert on.reward_variance_top_p_mode == "linear"
     assert not on.reward_variance_include_zero
     assert off.reward_variance_filtering is None
+
+
+def test_the_recipes_cpu_vllm_command_and_its_correction_flag():
+    """recipes/README.md's vLLM-on-CPU command generates through a float32 colocate engine, and the flag its text
+    names for skipping TRL's importance-sampling forward turns the correction off (TRL's default keeps it on)."""
+    text = (ROOT / "recipes" / "README.md").read_text(encoding="utf-8")
+    section = text.split("## vLLM on a CPU-only machine", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    line = block.strip().removeprefix("VLLM_CPU_KVCACHE_SPACE=1 ")
+    command = parse_line("none", line)
+    flag = "--vllm_importance_sampling_correction false"
+    assert f"`{flag}`" in section
+    _, default, _ = load_recipe(command.recipe).parse_args(list(command.args))
+    _, without, _ = load_recipe(command.recipe).parse_args([*command.args, *flag.split()])
+    for args in (default, without):
+        assert args.use_vllm and args.vllm_mode == "colocate" and args.vllm_dtype == "float32"
+    assert default.vllm_importance_sampling_correction is True
+    assert without.vllm_importance_sampling_correction is False
