@@ -129,3 +129,36 @@ def test_method_page_and_readme_give_the_reports_pooled_figures(benchmark, tmp_p
     assert [cell for cell in pooled if cell not in method] == []
     assert [line for line in paired if line not in method] == []
     assert [cell for cell in pooled if cell.split(": ", 1)[1] not in readme] == []
+
+
+def test_real_model_page_quotes_the_stage_files_per_step_figures():
+    """docs/real_model.md's prose figures about the PPO runs (log-prob gap, token entropy, Retrieval-Acc, train
+    time), recomputed here from the kept stage files' logs."""
+    root = Path(__file__).resolve().parent.parent
+    runs = {
+        (seed, arm): json.loads(
+            (root / "benchmarks/results/paper_settings" / f"seed{seed}" / f"{arm}.json").read_text()
+        )
+        for seed in (0, 1)
+        for arm in ("ppo_filtered", "ppo_unfiltered")
+    }
+
+    def values(run, key):
+        return [float(row[key]) for row in run["logs"] if key in row]
+
+    gap_means = [v for run in runs.values() for v in values(run, "sampling/sampling_logp_difference/mean")]
+    gap_max = max(v for run in runs.values() for v in values(run, "sampling/sampling_logp_difference/max"))
+    entropy = {key: sum(values(run, "entropy")) / len(values(run, "entropy")) for key, run in runs.items()}
+    first_turn = min(v for run in runs.values() for v in values(run, "ragen2/mi/first_turn/retrieval_acc"))
+    trajectory = min(v for run in runs.values() for v in values(run, "ragen2/mi/trajectory/retrieval_acc"))
+    page = " ".join((root / "docs" / "real_model.md").read_text(encoding="utf-8").split())
+    assert f"at most {math.ceil(max(gap_means) * 1000) / 1000:.3f} nats" in page
+    assert f"largest single token's {gap_max:.2f}" in page
+    assert (
+        f"{entropy[0, 'ppo_filtered']:.3f} against {entropy[0, 'ppo_unfiltered']:.3f} on seed 0, "
+        f"{entropy[1, 'ppo_filtered']:.3f} against {entropy[1, 'ppo_unfiltered']:.3f} on seed 1"
+    ) in page
+    assert f"stayed at {first_turn:g} or above" in page
+    assert f"Retrieval-Acc at {trajectory:g} or above" in page
+    assert f"unfiltered ones in {runs[0, 'ppo_unfiltered']['time_s']['train']:.0f} s and " in page
+    assert f"{runs[1, 'ppo_unfiltered']['time_s']['train']:.0f} s" in page
