@@ -85,7 +85,9 @@ def main(out_dir):
             },
             f,
         )
-    torch.distributed.barrier() if torch.distributed.is_initialized() else None
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()  # a process group left to interpreter exit can abort the process
 
 
 if __name__ == "__main__":
