@@ -124,3 +124,16 @@ def positional_reward_for(rank: int, rows_per_process: int, num_generations: int
         return rewards
 
     return positional_reward
+
+
+def finish_processes() -> None:
+    """End a torchrun worker cleanly: wait for every rank, then destroy the process group.
+
+    A gloo group left to interpreter exit can abort a process that has already written its results
+    ('terminate called without an active exception'), failing the launch after the test's work succeeded.
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -24,7 +24,7 @@ from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_ti
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from exactness import record_gradients, record_kept_rows  # noqa: E402
-from scripted import positional_reward_for, script_generation  # noqa: E402
+from scripted import finish_processes, positional_reward_for, script_generation  # noqa: E402
 
 
 ROWS_PER_PROCESS, NUM_GENERATIONS = 6, 4
@@ -73,7 +73,7 @@ def main(out_dir):
     tokenizer = make_tiny_tokenizer()
     results = {setting: run(out_dir, tokenizer, rank, *setting) for setting in SETTINGS}
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    torch.distributed.barrier() if torch.distributed.is_initialized() else None
+    finish_processes()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer  # noqa: E402
@@ -21,7 +20,7 @@ from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_ti
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scripted import positional_reward_for, script_generation  # noqa: E402
+from scripted import finish_processes, positional_reward_for, script_generation  # noqa: E402
 
 
 ROWS_PER_PROCESS, NUM_GENERATIONS = 6, 4
@@ -85,9 +84,7 @@ def main(out_dir):
             },
             f,
         )
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()  # a process group left to interpreter exit can abort the process
+    finish_processes()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,10 @@ from trl_ragen2.collapse.scoring import ThinkTagExtractor  # noqa: E402
 from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer  # noqa: E402
 
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from scripted import finish_processes  # noqa: E402
+
+
 def main(out_dir):
     rank = int(os.environ["RANK"])  # set by torchrun
     tokenizer = make_tiny_tokenizer()
@@ -68,6 +72,7 @@ def main(out_dir):
     }
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump({"logs": logs, "global_step": trainer.state.global_step}, f)
+    finish_processes()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
 from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer  # noqa: E402
@@ -24,7 +23,7 @@ from trl_ragen2.ppo.ppo_trainer import SNRFilteredPPOTrainer  # noqa: E402
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scripted import positional_reward_for, script_generation  # noqa: E402
+from scripted import finish_processes, positional_reward_for, script_generation  # noqa: E402
 
 
 ROWS_PER_PROCESS, NUM_GENERATIONS = 6, 4
@@ -107,8 +106,7 @@ def main(out_dir):
             },
             f,
         )
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
+    finish_processes()
 
 
 if __name__ == "__main__":
