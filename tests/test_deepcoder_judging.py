@@ -152,6 +152,54 @@ def test_a_sandbox_that_cannot_start_fails_the_test_without_raising(sandbox, mon
         assert outcome.status == "not_run" and "could not start" in outcome.detail
 
 
+def harness_failing_first(sandbox, monkeypatch, failures: int) -> list[int]:
+    """Make the first `failures` harness starts die before the program runs (exit 7, a note on stderr); returns
+    the list of start counts, appended to at each start."""
+    from trl_ragen2_envs.sandbox import runner as runner_module
+
+    real, starts = runner_module.HarnessProcess, []
+
+    def harness(command, **kwargs):
+        starts.append(len(starts) + 1)
+        if len(starts) <= failures:
+            command = [
+                sandbox.isolation.python,
+                "-c",
+                "import sys; sys.stderr.write('bwrap: cannot start'); sys.exit(7)",
+            ]
+        return real(command, **kwargs)
+
+    monkeypatch.setattr(runner_module, "HarnessProcess", harness)
+    return starts
+
+
+@pytest.mark.parametrize("kind", ["stdio", "function"])
+def test_a_sandbox_that_dies_before_the_program_runs_is_started_again(sandbox, monkeypatch, kind):
+    """A start-up failure is the judge's, not the program's: one failed start is retried and the test judged."""
+    test = CodeTest("stdio", output="1") if kind == "stdio" else CodeTest("function", fn_name="f", expected=1)
+    starts = harness_failing_first(sandbox, monkeypatch, failures=1)
+    outcome = run_tests(sandbox, "def f():\n    return 1\nprint(1)", [test])[0]
+    assert outcome.passed and starts == [1, 2]
+
+
+@pytest.mark.parametrize("kind", ["stdio", "function"])
+def test_a_sandbox_that_never_starts_is_not_run_with_the_reason(sandbox, monkeypatch, kind):
+    test = CodeTest("stdio", output="1") if kind == "stdio" else CodeTest("function", fn_name="f", expected=1)
+    starts = harness_failing_first(sandbox, monkeypatch, failures=2)
+    outcome = run_tests(sandbox, "def f():\n    return 1\nprint(1)", [test])[0]
+    assert outcome.status == "not_run" and starts == [1, 2]
+    assert "the sandbox could not start" in outcome.detail and "bwrap: cannot start" in outcome.detail
+
+
+def test_a_program_that_exits_during_a_call_is_judged_once_with_its_exit_status(sandbox, monkeypatch):
+    starts = harness_failing_first(sandbox, monkeypatch, failures=0)
+    outcome = run_tests(
+        sandbox, "import os\ndef f():\n    os._exit(3)", [CodeTest("function", fn_name="f", expected=1)]
+    )[0]
+    assert outcome.status == "runtime_error" and starts == [1]  # the program ran: no second start
+    assert "the program ended (exit code 3) without answering the call" in outcome.detail
+
+
 def test_assertion_tests_use_a_private_random_and_the_prompt_helpers():
     code = (
         "def check(candidate):\n    import random\n    from random import randint\n"

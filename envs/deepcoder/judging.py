@@ -193,8 +193,16 @@ def _failed_call(failure: CandidateFailure, execution: Execution, timeout_s: flo
     if outcome is not None:
         return outcome
     stderr = execution.stderr.strip()[-400:]
-    reason = "; ".join([*execution.notes, "the program ended without answering the call"])
+    ended = f"the program ended ({_exit_status(execution)}) without answering the call"
+    reason = "; ".join([*execution.notes, ended])
     return TestOutcome(False, "runtime_error", shorten(f"{reason}\n{stderr}".strip(), 600), wall_s=wall)
+
+
+def _exit_status(execution: Execution) -> str:
+    """How the process ended, in words: `exit code 1`, `SIGSEGV`, or `still running` (ended by the judge)."""
+    if execution.signal_name is not None:
+        return execution.signal_name
+    return "still running" if execution.returncode is None else f"exit code {execution.returncode}"
 
 
 def _raised(error: Exception, test: CodeTest) -> tuple[str, str]:
@@ -207,18 +215,36 @@ def _raised(error: Exception, test: CodeTest) -> tuple[str, str]:
     return "runtime_error", shorten(trace or f"{type(error).__name__}: {error}", 600)
 
 
-def run_test(sandbox: Sandbox, program: str, test: CodeTest) -> TestOutcome:
-    """Run one test of `program` in its own sandboxed process and judge it in this process."""
-    try:
-        return _run_test(sandbox, program, test)
-    except OSError as error:  # the machine could not start the sandbox (no processes, files or memory left)
-        return TestOutcome(False, "not_run", f"the sandbox could not start: {error}")
+def run_test(sandbox: Sandbox, program: str, test: CodeTest, *, start_attempts: int = 2) -> TestOutcome:
+    """Run one test of `program` in its own sandboxed process and judge it in this process.
+
+    A sandbox that did not come up (not one line of the program ran: the machine was out of processes or
+    memory, or start-up outlasted the time limit on a busy machine) is the judge's failure, not the program's:
+    it is started again, up to `start_attempts` times in all, and the test is `not_run` if it never starts.
+    """
+    for _ in range(start_attempts):
+        try:
+            outcome = _run_test(sandbox, program, test)
+        except OSError as error:  # the machine could not start the sandbox (no processes, files or memory left)
+            outcome = TestOutcome(False, "not_run", f"the sandbox could not start: {error}")
+        if outcome.status != "not_run":
+            return outcome
+    return outcome
+
+
+def _not_started(execution: Execution) -> TestOutcome:
+    """The outcome of an execution whose sandbox never ran the program."""
+    reason = "; ".join([*execution.notes, execution.stderr.strip()[-400:]]).strip("; ")
+    return TestOutcome(
+        False, "not_run", shorten(f"the sandbox could not start: {reason}", 600), wall_s=execution.wall_s
+    )
 
 
 def _run_test(sandbox: Sandbox, program: str, test: CodeTest) -> TestOutcome:
     timeout_s = sandbox.config.timeout_s
     if test.kind == "stdio":
-        return judge(test, sandbox.run(program, stdin=test.input), timeout_s)
+        execution = sandbox.run(program, stdin=test.input)
+        return judge(test, execution, timeout_s) if execution.started else _not_started(execution)
     failure, status, detail, got = None, "passed", "", ""
     with sandbox.serve(program, test.fn_name) as session:
         try:
@@ -235,6 +261,8 @@ def _run_test(sandbox: Sandbox, program: str, test: CodeTest) -> TestOutcome:
         except Exception as error:  # raised by the program (mirrored here) or by the test code itself
             status, detail = _raised(error, test)
     execution = session.execution
+    if not execution.started:
+        return _not_started(execution)
     if failure is not None:
         return _failed_call(failure, execution, timeout_s)
     return TestOutcome(status == "passed", status, detail, got, execution.wall_s)

@@ -134,6 +134,7 @@ class Execution:
     notes: list[str] = field(default_factory=list)
     memory_exceeded: bool = False  # the kernel killed a process of the program's cgroup for want of memory
     killed_by_judge: bool = False  # still running when the judge ended it (its SIGKILL status is the judge's)
+    started: bool = True  # the harness came up and took the job; False: not one line of the program ran
 
     @property
     def signal_name(self) -> str | None:
@@ -349,7 +350,7 @@ class Sandbox:
                 cgroup = ExecutionCgroup(isolation.cgroups, c.memory_mb << 20, pids)
             except OSError as error:
                 notes.append(f"no cgroup for this execution: {error}")
-        harness, finished = None, [None]
+        harness, finished, took_job = None, [None], [False]
         with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             stdin.write(stdin_text.encode("utf-8", errors="surrogateescape"))
             stdin.seek(0)
@@ -368,7 +369,8 @@ class Sandbox:
                 stderr, _ = _read_back(err, c.max_output_bytes)
                 execution = Execution(harness.process.returncode, stdout, stderr, timed_out,
                                       time.monotonic() - started, truncated, notes=notes,
-                                      memory_exceeded=memory_exceeded, killed_by_judge=killed)  # fmt: skip
+                                      memory_exceeded=memory_exceeded, killed_by_judge=killed,
+                                      started=took_job[0])  # fmt: skip
                 finished[0] = execution
                 return execution
 
@@ -383,6 +385,7 @@ class Sandbox:
                         except OSError as error:
                             notes.append(f"could not move the program into its cgroup: {error}")
                     harness.send_job(job, deadline)
+                    took_job[0] = True
                 except ReplyError as error:
                     notes.append(f"the sandbox did not start: {error}")
                 yield harness, deadline, finish
