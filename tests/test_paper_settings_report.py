@@ -3,6 +3,7 @@ out by hand (Wilson bounds, the paired t interval, exact McNemar tails on the sa
 
 import json
 import math
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,11 @@ def spoken(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def two_places(value: float) -> str:
+    """`value` to two decimals, halves rounded up (2.625 -> 2.63), as the docs round."""
+    return str(Decimal(repr(value)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
 def test_real_model_page_quotes_the_stage_files_per_step_figures():
     """docs/real_model.md's prose figures about the PPO runs (log-prob gap, token entropy, Retrieval-Acc, train
     time), recomputed here from the kept stage files' logs of every seed with both PPO runs."""
@@ -154,7 +160,7 @@ def test_real_model_page_quotes_the_stage_files_per_step_figures():
     }
 
     def values(run, key):
-        return [float(row[key]) for row in run["logs"] if key in row]
+        return [float(row[key]) for row in run["logs"] if row.get(key) is not None]
 
     gap_means = [v for run in runs.values() for v in values(run, "sampling/sampling_logp_difference/mean")]
     gap_max = max(v for run in runs.values() for v in values(run, "sampling/sampling_logp_difference/max"))
@@ -175,3 +181,15 @@ def test_real_model_page_quotes_the_stage_files_per_step_figures():
     assert (
         f"filtered runs trained in {times['ppo_filtered']}, the unfiltered ones in {times['ppo_unfiltered']}" in page
     )
+
+    def mean(seed, key):
+        logged = values(runs[seed, "ppo_filtered"], key)
+        return two_places(sum(logged) / len(logged))
+
+    def no_update_steps(seed):
+        return int(sum(values(runs[seed, "ppo_filtered"], "ragen2/filter/skipped_updates")))
+
+    kept, zero = "ragen2/filter/kept_fraction", "ragen2/filter/zero_variance_groups"
+    assert f"Seed 0's filtered run kept {mean(0, kept)} of the rollouts on average ({mean(0, zero)} of 4" in page
+    assert f"seed 1's {mean(1, kept)} ({mean(1, zero)} of 4; at {no_update_steps(1)} of 24 steps every group" in page
+    assert f"seed 2's {mean(2, kept)} ({mean(2, zero)} of 4; {no_update_steps(2)} steps without an update)" in page
