@@ -130,6 +130,13 @@ def test_method_page_and_readme_give_the_reports_pooled_figures(benchmark, tmp_p
     assert [cell for cell in pooled if cell not in method] == []
     assert [line for line in paired if line not in method] == []
     assert [cell for cell in pooled if cell.split(": ", 1)[1] not in readme] == []
+    # each arm against its warm start (mean ± half-width over the seeds), and each seed's McNemar p
+    against_warm = [
+        line.split("mean ", 1)[1].split(" [", 1)[0] for line in out if "− warm start, paired by seed" in line
+    ]
+    mcnemar = [line.rsplit("exact McNemar ", 1)[1] for line in out if "exact McNemar p = " in line]
+    assert against_warm and mcnemar
+    assert [figure for figure in against_warm + mcnemar if figure not in method] == []
 
 
 def spoken(items: list[str]) -> str:
