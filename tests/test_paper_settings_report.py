@@ -139,6 +139,16 @@ def test_method_page_and_readme_give_the_reports_pooled_figures(benchmark, tmp_p
     assert [figure for figure in against_warm + mcnemar if figure not in method] == []
 
 
+def successes(evaluation: dict) -> int:
+    """The episodes an evaluation won."""
+    return round(evaluation["success"] * evaluation["episodes"])
+
+
+def logged(run: dict, key: str) -> list[float]:
+    """The values a stage file's per-step logs hold for `key` (steps that did not log it left out)."""
+    return [float(row[key]) for row in run["logs"] if row.get(key) is not None]
+
+
 def spoken(items: list[str]) -> str:
     """`a`, `a and b`, `a, b and c`: a list as the docs write it."""
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
@@ -166,14 +176,11 @@ def test_real_model_page_quotes_the_stage_files_per_step_figures():
         for arm in ("ppo_filtered", "ppo_unfiltered")
     }
 
-    def values(run, key):
-        return [float(row[key]) for row in run["logs"] if row.get(key) is not None]
-
-    gap_means = [v for run in runs.values() for v in values(run, "sampling/sampling_logp_difference/mean")]
-    gap_max = max(v for run in runs.values() for v in values(run, "sampling/sampling_logp_difference/max"))
-    entropy = {key: sum(values(run, "entropy")) / len(values(run, "entropy")) for key, run in runs.items()}
-    first_turn = min(v for run in runs.values() for v in values(run, "ragen2/mi/first_turn/retrieval_acc"))
-    trajectory = min(v for run in runs.values() for v in values(run, "ragen2/mi/trajectory/retrieval_acc"))
+    gap_means = [v for run in runs.values() for v in logged(run, "sampling/sampling_logp_difference/mean")]
+    gap_max = max(v for run in runs.values() for v in logged(run, "sampling/sampling_logp_difference/max"))
+    entropy = {key: sum(logged(run, "entropy")) / len(logged(run, "entropy")) for key, run in runs.items()}
+    first_turn = min(v for run in runs.values() for v in logged(run, "ragen2/mi/first_turn/retrieval_acc"))
+    trajectory = min(v for run in runs.values() for v in logged(run, "ragen2/mi/trajectory/retrieval_acc"))
     page = " ".join((root / "docs" / "real_model.md").read_text(encoding="utf-8").split())
     assert f"at most {math.ceil(max(gap_means) * 1000) / 1000:.3f} nats" in page
     assert f"largest single token's {gap_max:.2f}" in page
@@ -190,13 +197,65 @@ def test_real_model_page_quotes_the_stage_files_per_step_figures():
     )
 
     def mean(seed, key):
-        logged = values(runs[seed, "ppo_filtered"], key)
-        return two_places(sum(logged) / len(logged))
+        steps = logged(runs[seed, "ppo_filtered"], key)
+        return two_places(sum(steps) / len(steps))
 
     def no_update_steps(seed):
-        return int(sum(values(runs[seed, "ppo_filtered"], "ragen2/filter/skipped_updates")))
+        return int(sum(logged(runs[seed, "ppo_filtered"], "ragen2/filter/skipped_updates")))
 
     kept, zero = "ragen2/filter/kept_fraction", "ragen2/filter/zero_variance_groups"
     assert f"Seed 0's filtered run kept {mean(0, kept)} of the rollouts on average ({mean(0, zero)} of 4" in page
     assert f"seed 1's {mean(1, kept)} ({mean(1, zero)} of 4; at {no_update_steps(1)} of 24 steps every group" in page
     assert f"seed 2's {mean(2, kept)} ({mean(2, zero)} of 4; {no_update_steps(2)} steps without an update)" in page
+
+
+def test_real_model_page_quotes_the_grpo_pairs_per_step_figures():
+    """docs/real_model.md's prose about the GRPO pair (kept fraction, zero-variance groups, steps without an update,
+    token entropy, Retrieval-Acc, log-prob gap, train time), recomputed from the kept stage files of every seed with
+    both GRPO runs."""
+    root = Path(__file__).resolve().parent.parent
+    results = root / "benchmarks/results/paper_settings"
+    seeds = sorted(
+        int(d.name.removeprefix("seed"))
+        for d in results.glob("seed*")
+        if all((d / f"{arm}.json").exists() for arm in ("grpo_filtered", "grpo_unfiltered"))
+    )
+    assert seeds
+    page, readme, method = (
+        " ".join((root / name).read_text(encoding="utf-8").split()).lower()
+        for name in ("docs/real_model.md", "README.md", "docs/method.md")
+    )
+    for seed in seeds:
+        filtered, unfiltered = (
+            json.loads((results / f"seed{seed}" / f"{arm}.json").read_text())
+            for arm in ("grpo_filtered", "grpo_unfiltered")
+        )
+
+        def mean(run, key, places=2):
+            average = sum(logged(run, key)) / len(logged(run, key))
+            return two_places(average) if places == 2 else f"{average:.3f}"
+
+        warm = json.loads((results / f"seed{seed}" / "warm.json").read_text())["eval"]
+        assert f"from seed {seed}'s warm start of {successes(warm)} of 96" in page
+        assert f"on seed {seed} from a warm start at {warm['success']:.3f}" in readme
+        assert f"warm start {successes(warm)} of 96; grpo filtered" in method
+        kept, zero = (
+            mean(filtered, "ragen2/filter/kept_fraction"),
+            mean(filtered, "ragen2/filter/zero_variance_groups"),
+        )
+        no_update = int(sum(logged(filtered, "ragen2/filter/skipped_updates")))
+        assert f"seed {seed}'s filtered grpo run kept {kept} of the rollouts on average ({zero} of 4" in page
+        assert f"{no_update} of 24 steps made no update" in page
+        assert f"token entropy {mean(filtered, 'entropy', 3)} against {mean(unfiltered, 'entropy', 3)}" in page
+        runs = (filtered, unfiltered)
+        first = min(v for run in runs for v in logged(run, "ragen2/mi/first_turn/retrieval_acc"))
+        whole = min(v for run in runs for v in logged(run, "ragen2/mi/trajectory/retrieval_acc"))
+        assert (
+            f"lowest first-turn retrieval-acc over both runs was {first:g} and the lowest whole-trajectory {whole:g}"
+            in page
+        )
+        gap_mean = max(v for run in runs for v in logged(run, "sampling/sampling_logp_difference/mean"))
+        gap_max = max(v for run in runs for v in logged(run, "sampling/sampling_logp_difference/max"))
+        assert f"at most {math.ceil(gap_mean * 1000) / 1000:.3f} nats per step, {gap_max:.2f} for one token" in page
+        train = [f"{run['time_s']['train']:.0f} s" for run in runs]
+        assert f"trained in {train[0]} filtered and {train[1]} unfiltered" in page
