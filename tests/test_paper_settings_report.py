@@ -239,6 +239,8 @@ def test_real_model_page_quotes_the_grpo_pairs_per_step_figures():
         assert f"from seed {seed}'s warm start of {successes(warm)} of 96" in page
         assert f"on seed {seed} from a warm start at {warm['success']:.3f}" in readme
         assert f"warm start {successes(warm)} of 96; grpo filtered" in method
+        margin = successes(filtered["eval"]) - successes(unfiltered["eval"])
+        assert f"it was {'ahead' if margin > 0 else 'behind'} by {abs(margin)} episodes of 96" in method
         kept, zero = (
             mean(filtered, "ragen2/filter/kept_fraction"),
             mean(filtered, "ragen2/filter/zero_variance_groups"),
