@@ -159,26 +159,37 @@ def two_places(value: float) -> str:
     return str(Decimal(repr(value)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
+def kept_runs(arms: tuple[str, ...]) -> dict[tuple[int, str], dict]:
+    """{(seed, arm): stage file} from benchmarks/results/paper_settings, for every seed that finished all `arms`."""
+    results = Path(__file__).resolve().parent.parent / "benchmarks/results/paper_settings"
+    seeds = sorted(
+        int(d.name.removeprefix("seed"))
+        for d in results.glob("seed*")
+        if all((d / f"{arm}.json").exists() for arm in arms)
+    )
+    return {
+        (seed, arm): json.loads((results / f"seed{seed}" / f"{arm}.json").read_text())
+        for seed in seeds
+        for arm in arms
+    }
+
+
+def step_mean(run: dict, key: str) -> float:
+    """The mean over the steps that logged `key`."""
+    return sum(logged(run, key)) / len(logged(run, key))
+
+
 def test_real_model_page_quotes_the_stage_files_per_step_figures():
     """docs/real_model.md's prose figures about the PPO runs (log-prob gap, token entropy, Retrieval-Acc, train
     time), recomputed here from the kept stage files' logs of every seed with both PPO runs."""
     root = Path(__file__).resolve().parent.parent
-    results = root / "benchmarks/results/paper_settings"
-    seeds = sorted(
-        int(d.name.removeprefix("seed"))
-        for d in results.glob("seed*")
-        if all((d / f"{arm}.json").exists() for arm in ("ppo_filtered", "ppo_unfiltered"))
-    )
+    runs = kept_runs(("ppo_filtered", "ppo_unfiltered"))
+    seeds = sorted({seed for seed, _ in runs})
     assert len(seeds) >= 2
-    runs = {
-        (seed, arm): json.loads((results / f"seed{seed}" / f"{arm}.json").read_text())
-        for seed in seeds
-        for arm in ("ppo_filtered", "ppo_unfiltered")
-    }
 
     gap_means = [v for run in runs.values() for v in logged(run, "sampling/sampling_logp_difference/mean")]
     gap_max = max(v for run in runs.values() for v in logged(run, "sampling/sampling_logp_difference/max"))
-    entropy = {key: sum(logged(run, "entropy")) / len(logged(run, "entropy")) for key, run in runs.items()}
+    entropy = {key: step_mean(run, "entropy") for key, run in runs.items()}
     first_turn = min(v for run in runs.values() for v in logged(run, "ragen2/mi/first_turn/retrieval_acc"))
     trajectory = min(v for run in runs.values() for v in logged(run, "ragen2/mi/trajectory/retrieval_acc"))
     page = " ".join((root / "docs" / "real_model.md").read_text(encoding="utf-8").split())
@@ -197,8 +208,7 @@ def test_real_model_page_quotes_the_stage_files_per_step_figures():
     )
 
     def mean(seed, key):
-        steps = logged(runs[seed, "ppo_filtered"], key)
-        return two_places(sum(steps) / len(steps))
+        return two_places(step_mean(runs[seed, "ppo_filtered"], key))
 
     def no_update_steps(seed):
         return int(sum(logged(runs[seed, "ppo_filtered"], "ragen2/filter/skipped_updates")))
@@ -214,50 +224,38 @@ def test_real_model_page_quotes_the_grpo_pairs_per_step_figures():
     token entropy, Retrieval-Acc, log-prob gap, train time), recomputed from the kept stage files of every seed with
     both GRPO runs."""
     root = Path(__file__).resolve().parent.parent
-    results = root / "benchmarks/results/paper_settings"
-    seeds = sorted(
-        int(d.name.removeprefix("seed"))
-        for d in results.glob("seed*")
-        if all((d / f"{arm}.json").exists() for arm in ("grpo_filtered", "grpo_unfiltered"))
-    )
+    runs = kept_runs(("grpo_filtered", "grpo_unfiltered"))
+    seeds = sorted({seed for seed, _ in runs})
     assert seeds
     page, readme, method = (
         " ".join((root / name).read_text(encoding="utf-8").split()).lower()
         for name in ("docs/real_model.md", "README.md", "docs/method.md")
     )
     for seed in seeds:
-        filtered, unfiltered = (
-            json.loads((results / f"seed{seed}" / f"{arm}.json").read_text())
-            for arm in ("grpo_filtered", "grpo_unfiltered")
-        )
-
-        def mean(run, key, places=2):
-            average = sum(logged(run, key)) / len(logged(run, key))
-            return two_places(average) if places == 2 else f"{average:.3f}"
-
-        warm = json.loads((results / f"seed{seed}" / "warm.json").read_text())["eval"]
+        filtered, unfiltered = runs[seed, "grpo_filtered"], runs[seed, "grpo_unfiltered"]
+        warm_file = root / "benchmarks/results/paper_settings" / f"seed{seed}" / "warm.json"
+        warm = json.loads(warm_file.read_text())["eval"]
         assert f"from seed {seed}'s warm start of {successes(warm)} of 96" in page
         assert f"on seed {seed} from a warm start at {warm['success']:.3f}" in readme
         assert f"warm start {successes(warm)} of 96; grpo filtered" in method
         margin = successes(filtered["eval"]) - successes(unfiltered["eval"])
         assert f"it was {'ahead' if margin > 0 else 'behind'} by {abs(margin)} episodes of 96" in method
-        kept, zero = (
-            mean(filtered, "ragen2/filter/kept_fraction"),
-            mean(filtered, "ragen2/filter/zero_variance_groups"),
-        )
+        kept = two_places(step_mean(filtered, "ragen2/filter/kept_fraction"))
+        zero = two_places(step_mean(filtered, "ragen2/filter/zero_variance_groups"))
         no_update = int(sum(logged(filtered, "ragen2/filter/skipped_updates")))
         assert f"seed {seed}'s filtered grpo run kept {kept} of the rollouts on average ({zero} of 4" in page
         assert f"{no_update} of 24 steps made no update" in page
-        assert f"token entropy {mean(filtered, 'entropy', 3)} against {mean(unfiltered, 'entropy', 3)}" in page
-        runs = (filtered, unfiltered)
-        first = min(v for run in runs for v in logged(run, "ragen2/mi/first_turn/retrieval_acc"))
-        whole = min(v for run in runs for v in logged(run, "ragen2/mi/trajectory/retrieval_acc"))
+        entropies = [f"{step_mean(run, 'entropy'):.3f}" for run in (filtered, unfiltered)]
+        assert f"token entropy {entropies[0]} against {entropies[1]}" in page
+        pair = (filtered, unfiltered)
+        first = min(v for run in pair for v in logged(run, "ragen2/mi/first_turn/retrieval_acc"))
+        whole = min(v for run in pair for v in logged(run, "ragen2/mi/trajectory/retrieval_acc"))
         assert (
             f"lowest first-turn retrieval-acc over both runs was {first:g} and the lowest whole-trajectory {whole:g}"
             in page
         )
-        gap_mean = max(v for run in runs for v in logged(run, "sampling/sampling_logp_difference/mean"))
-        gap_max = max(v for run in runs for v in logged(run, "sampling/sampling_logp_difference/max"))
+        gap_mean = max(v for run in pair for v in logged(run, "sampling/sampling_logp_difference/mean"))
+        gap_max = max(v for run in pair for v in logged(run, "sampling/sampling_logp_difference/max"))
         assert f"at most {math.ceil(gap_mean * 1000) / 1000:.3f} nats per step, {gap_max:.2f} for one token" in page
-        train = [f"{run['time_s']['train']:.0f} s" for run in runs]
+        train = [f"{run['time_s']['train']:.0f} s" for run in pair]
         assert f"trained in {train[0]} filtered and {train[1]} unfiltered" in page
