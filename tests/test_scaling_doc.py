@@ -87,10 +87,15 @@ def test_step_table_ratios_are_the_quotients_of_their_cells(row):
 
 
 def test_step_splits_add_up_to_the_step_times_of_the_step_table():
-    # | arm | step | rollout | forward without gradient | weight sync | the rest (training) |
-    split = _table("arm", "step")
-    step_times = {cell for row in _table("shape", "rollout: transformers") for cell in (row[4], row[5])}
+    # | shape | arm | step | rollout | forward without gradient | weight sync | the rest (training) |
+    # Each row's step is the step table's cell for its shape and arm: the transformers column (4) or the vLLM one (5),
+    # and for the arm with the correction off, the vLLM cell of the shape's "correction off" row.
+    split = _table("shape", "arm")
+    steps = {row[0]: row for row in _table("shape", "rollout: transformers")}
     for row in split:
-        parts = [_value(cell) for cell in row[2:6]]
-        assert sum(parts) == pytest.approx(_value(row[1]), abs=4 * 0.05 + 1e-9), row
-        assert f"{row[1]} s" in step_times, f"split row {row[0]!r}: step {row[1]} s is in no row of the step table"
+        parts = [_value(cell) for cell in row[3:7]]
+        assert sum(parts) == pytest.approx(_value(row[2]), abs=4 * 0.05 + 1e-9), row
+        shape = row[0] + (", importance-sampling correction off" if row[1].endswith("correction off") else "")
+        assert shape in steps, f"split row {row[:2]}: no row {shape!r} in the step table"
+        step_cell = steps[shape][4 if row[1] == "transformers" else 5]
+        assert step_cell == f"{row[2]} s", f"split row {row[:2]}: step {row[2]} s, the step table says {step_cell}"
