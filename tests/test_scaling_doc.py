@@ -99,3 +99,16 @@ def test_step_splits_add_up_to_the_step_times_of_the_step_table():
         assert shape in steps, f"split row {row[:2]}: no row {shape!r} in the step table"
         step_cell = steps[shape][4 if row[1] == "transformers" else 5]
         assert step_cell == f"{row[2]} s", f"split row {row[:2]}: step {row[2]} s, the step table says {step_cell}"
+
+
+def test_prose_quotes_the_larger_busy_split():
+    # The prose rounds the larger busy shape's split cells to whole seconds.
+    rows = {row[1]: row for row in _table("shape", "arm") if row[0].startswith("16 rollouts")}
+    hf, vllm = rows["transformers"], rows["vLLM"]
+    text = " ".join(SCALING_DOC.read_text().split())
+    assert f"{round(_value(hf[6]))} and {round(_value(vllm[6]))} s at the larger" in text
+    assert f"{round(_value(vllm[4]))} s at the larger" in text
+    assert (
+        f"took {round(_value(hf[3]))} s of a {round(_value(hf[2]))} s step and {round(_value(vllm[3]))} s through vLLM"
+        in text
+    )
