@@ -17,6 +17,7 @@ from trl import GRPOConfig
 
 from ..collapse.diagnostics import MIDiagnosticsConfig
 from ..collapse.grad_report import check_report_settings
+from ..filtering.controls import CONTROLS
 from ..filtering.group_metrics import RANKING_METRICS
 from ..filtering.keep_rate import AUTO, AUTO_OFF_BELOW, AUTO_ON_ABOVE, AUTO_SMOOTHING, SCHEDULES, KeepRateControl
 from ..filtering.selection import SCORE_METRICS, SELECTION_EPS_MODES, STRATEGIES, TOP_P_MODES, check_top_k
@@ -110,6 +111,11 @@ class SNRFilterArguments:
         reward_variance_empty_patience (`int`, *optional*, defaults to `5`):
             Stop training after this many consecutive generation steps in which no group was kept (RAGEN's
             `rollout_filter_empty_stop_steps`). `0` never stops.
+        reward_variance_control (`str` or `None`, *optional*, defaults to `None`):
+            A control arm for experiments on the filter (`docs/filtering.md`, "Control arms"): the configured rule
+            still decides on each batch, then `"random_matched"` keeps as many groups as it chose but drawn
+            uniformly at random (seeded by `seed`, the same on every process), and `"skip_matched"` keeps every
+            group on the steps where it kept at least one and none where it kept none. `None`: the rule's choice.
 
         > Beyond the paper: keep-rate schedule, auto switch and guard (`docs/filtering.md`, "Keep-rate control").
         > Steps are optimizer steps, as in `max_steps` and `warmup_steps`: the batch made after n optimizer steps
@@ -200,6 +206,13 @@ class SNRFilterArguments:
     reward_variance_empty_patience: int = field(
         default=5, metadata={"help": "Stop after this many consecutive empty filter steps (0: never)."}
     )
+    reward_variance_control: str | None = field(
+        default=None,
+        metadata={
+            "help": "Control arm: 'random_matched' (as many groups as the rule keeps, drawn at random) or "
+            "'skip_matched' (every group on the steps where the rule keeps any, none elsewhere); None: the rule."
+        },
+    )
     reward_variance_top_p_schedule: str = field(
         default="constant",
         metadata={"help": "rho over training: 'constant', 'linear' or 'cosine' (to reward_variance_top_p_end)."},
@@ -257,6 +270,7 @@ class SNRFilterArguments:
                     "the paper's ablation uses 0.05 or 0.2"
                 )
         self._validate_ablation_fields()
+        self._validate_control()
         self._check_one_of("reward_variance_top_p_mode", TOP_P_MODES)
         self._check_one_of("reward_variance_metric", RANKING_METRICS)
         if self.reward_variance_selection_eps < 0:
@@ -301,6 +315,24 @@ class SNRFilterArguments:
             raise ValueError(
                 f"reward_variance_min_kept_fraction={self.reward_variance_min_kept_fraction} has no effect with "
                 "reward_variance_filtering='within_group', which keeps every group; set it to 0"
+            )
+
+    def _validate_control(self) -> None:
+        control = self.reward_variance_control
+        if isinstance(control, str) and control.lower() in ("none", "null"):  # "no control" from a command line
+            self.reward_variance_control = control = None
+        if control is None:
+            return
+        if control not in CONTROLS:
+            raise ValueError(
+                f"reward_variance_control must be one of {CONTROLS} or None, got {control!r}; None trains on the "
+                "groups the selection rule keeps"
+            )
+        if self.reward_variance_filtering in (None, WITHIN_GROUP):
+            raise ValueError(
+                f"reward_variance_control={control!r} matches a group selection rule, but reward_variance_filtering="
+                f"{self.reward_variance_filtering!r} selects no groups; set reward_variance_filtering to the rule to "
+                "match (e.g. 'top_p'), or reward_variance_control=None"
             )
 
     def _check_one_of(self, name: str, choices: tuple) -> None:

@@ -58,6 +58,7 @@ from ..filtering.batch_utils import (
     trim_completion_padding,
     zero_loss_rows,
 )
+from ..filtering.controls import apply_control
 from ..filtering.empty_steps import FILTER_STATE_FILE, EmptyStepGuard, FilterState
 from ..filtering.generation_state import FilteredGeneration, ScoredGeneration, weighted_rewards
 from ..filtering.group_metrics import ENTROPY_METRICS, ROW_METRICS, group_scores, row_mean_entropy
@@ -102,6 +103,15 @@ class TRLGeneration(NamedTuple):
     extra_fields: dict | None  # the rollout_func's extra per-row fields
     images: Any
     tool_images: Any
+
+
+class KeptRows(NamedTuple):
+    """One filtering decision over the generation batch."""
+
+    keep_groups: torch.Tensor  # (P,) bool: the groups trained on
+    keep_rows: torch.Tensor  # (N_global,) bool: the rollouts trained on
+    guard_added: int  # groups the exploration guard added to the rule's choice
+    rule_kept_groups: int  # groups the rule kept (a control arm trains on others)
 
 
 RAGEN2_PAPER = {
@@ -262,24 +272,39 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         return self._scored.raw_rewards(self.reward_weights)
 
     def select_groups_from_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
-        """Apply the configured selection to raw rewards (N_global,) in group order; returns the kept groups (P,)."""
-        return self._select_groups(rewards, self._filter_decision(rewards)).keep
+        """Apply the configured selection (and control arm) to raw rewards (N_global,) in group order; returns the
+        kept groups (P,)."""
+        return self._apply_control(self._select_groups(rewards, self._filter_decision(rewards)).keep)
+
+    def _apply_control(self, rule_keep: torch.Tensor) -> torch.Tensor:
+        """The groups (P,) kept by `reward_variance_control`'s arm, from the rule's choice `rule_keep` (P,); the
+        draw of `"random_matched"` is keyed by the seed and the generation batches filtered so far."""
+        return apply_control(
+            rule_keep,
+            self.args.reward_variance_control,
+            seed=self.args.seed,
+            generation_index=self.filter_state.filtered_steps,
+        )
 
     def select_rows_from_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
         """Apply the configured selection to raw rewards (N_global,) in group order; returns the kept rows (N_global,)
         (whole groups, or with `"within_group"` some rollouts of every group)."""
         return self._keep_rows(rewards, self._filter_decision(rewards))[1]
 
-    def _keep_rows(self, rewards: torch.Tensor, decision: FilterDecision) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """The kept groups (P,), the kept rows (N_global,) and how many groups the exploration guard added."""
+    def _keep_rows(self, rewards: torch.Tensor, decision: FilterDecision) -> KeptRows:
+        """The kept groups (P,) and rows (N_global,), how many groups the exploration guard added, and how many
+        groups the rule kept (a control arm may keep others)."""
         G = self.num_generations
         if self.args.reward_variance_filtering == WITHIN_GROUP:
             every_group = torch.ones(rewards.numel() // G, dtype=torch.bool)
+            P = every_group.numel()
             if not decision.active:  # warm-up: every rollout
-                return every_group, torch.ones(rewards.numel(), dtype=torch.bool), 0
-            return every_group, select_within_group(rewards.cpu(), G, self.args.reward_variance_within_group_ratio), 0
-        keep_groups, guard_added = self._select_groups(rewards, decision)  # (P,)
-        return keep_groups, keep_groups.repeat_interleave(G), guard_added
+                return KeptRows(every_group, torch.ones(rewards.numel(), dtype=torch.bool), 0, P)
+            ratio = self.args.reward_variance_within_group_ratio
+            return KeptRows(every_group, select_within_group(rewards.cpu(), G, ratio), 0, P)
+        rule_keep, guard_added = self._select_groups(rewards, decision)  # (P,)
+        keep_groups = self._apply_control(rule_keep)
+        return KeptRows(keep_groups, keep_groups.repeat_interleave(G), guard_added, int(rule_keep.sum()))
 
     def _filter_decision(self, rewards: torch.Tensor) -> FilterDecision:
         """Warm-up, scheduled rho and auto switch for this generation, from the state before it (no side effect:
@@ -362,7 +387,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         rewards = self._raw_rewards()  # (N_global,)
         decision = self._filter_decision(rewards)
         self._row_values = self._ranking_row_values(batch)
-        keep_groups, keep_rows, guard_added = self._keep_rows(rewards, decision)  # (P,), (N_global,)
+        keep_groups, keep_rows, guard_added, rule_kept_groups = self._keep_rows(rewards, decision)  # (P,), (N_global,)
         local_rows = num_rows(batch)
         start = self.accelerator.process_index * local_rows
         device = batch["completion_ids"].device
@@ -398,6 +423,8 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self._update_filter_state(empty, decision)
         self._log_filter_metrics(rewards, keep_rows)
         self._log_keep_rate(decision, guard_added)
+        if self.args.reward_variance_control is not None:
+            self._metrics["train"][keys.FILTER_RULE_KEPT_GROUPS].append(float(rule_kept_groups))
         self._log_kept_rollouts(keep_groups, keep_rows)
         return filtered
 

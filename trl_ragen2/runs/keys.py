@@ -96,6 +96,7 @@ FILTER_TOP_P = filter_key("top_p")
 FILTER_AUTO_ON = filter_key("auto_on")
 FILTER_AUTO_SIGNAL = filter_key("auto_signal")
 FILTER_GUARD_ADDED = filter_key("guard_added")
+FILTER_RULE_KEPT_GROUPS = filter_key("rule_kept_groups")  # with reward_variance_control: what the rule kept
 FILTER_KEPT_ROLLOUT_FRACTION = filter_key("kept_rollout_fraction")  # "percentile_range" and "within_group" only
 FILTER_ROLLOUTS_PER_GROUP = filter_key("rollouts_per_group")  # the per-group k of those two rules
 FILTER_SCORING_ROWS_SKIPPED = filter_key("scoring_rows_skipped")
