@@ -58,6 +58,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
 
+import collapse_analysis as analysis  # noqa: E402
 import torch  # noqa: E402
 from reasoning_policies import imitation_step  # noqa: E402
 
@@ -96,7 +97,14 @@ def demonstration(target: str, rng: random.Random) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # The library (the only import of names below the top level: fix the paths here if modules move)
 
-from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer, make_tiny_model, make_tiny_tokenizer  # noqa: E402
+from trl_ragen2 import (  # noqa: E402
+    SNRFilteredGRPOConfig,
+    SNRFilteredGRPOTrainer,
+    SNRFilteredPPOConfig,
+    SNRFilteredPPOTrainer,
+    make_tiny_model,
+    make_tiny_tokenizer,
+)
 from trl_ragen2.collapse.mi_uncertainty import student_t_quantile  # noqa: E402
 from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS  # noqa: E402
 
@@ -172,19 +180,37 @@ KEYS = {  # short name -> logged key
 }
 
 
-def cell_name(entropy_coef: float, beta: float, filtered: bool) -> str:
-    return f"ent{entropy_coef:g}-kl{beta:g}-{'filtered' if filtered else 'unfiltered'}"
+# The arms. "filtered": the paper's rule (FILTER); "unfiltered": no filter; the two controls run the same rule and
+# then keep what `reward_variance_control` says (`trl_ragen2.filtering.controls`); "ppo_*": SNRFilteredPPOTrainer
+# with its critic (initialised from the policy, learning rate `--lr`), GAE gamma = lambda = 1, filtered or not.
+ARMS = ("filtered", "unfiltered", "random_matched", "skip_matched", "ppo_filtered", "ppo_unfiltered")
+FILTERED_ARMS = ("filtered", "random_matched", "skip_matched", "ppo_filtered")
 
 
-def parse_cell(name: str) -> tuple[float, float, bool]:
-    match = re.fullmatch(r"ent([0-9.e-]+)-kl([0-9.e-]+)-(filtered|unfiltered)", name)
+def cell_name(entropy_coef: float, beta: float, arm: str | bool) -> str:
+    if isinstance(arm, bool):  # the original sweep's filtered / unfiltered flag
+        arm = "filtered" if arm else "unfiltered"
+    return f"ent{entropy_coef:g}-kl{beta:g}-{arm}"
+
+
+def parse_cell(name: str) -> tuple[float, float, str]:
+    match = re.fullmatch(rf"ent([0-9.e-]+)-kl([0-9.e-]+)-({'|'.join(ARMS)})", name)
     if match is None:
-        raise ValueError(f"cell {name!r} is not of the form ent<coef>-kl<beta>-filtered|unfiltered")
-    return float(match.group(1)), float(match.group(2)), match.group(3) == "filtered"
+        raise ValueError(f"cell {name!r} is not of the form ent<coef>-kl<beta>-<arm>, arm one of {ARMS}")
+    return float(match.group(1)), float(match.group(2)), match.group(3)
 
 
 def all_cells() -> list[str]:
+    """The original sweep: every coefficient pair, filtered and unfiltered."""
     return [cell_name(e, b, f) for e in ENTROPY_COEFS for b in BETAS for f in (True, False)]
+
+
+def arm_settings(arm: str) -> dict:
+    """The filter fields of an arm's config."""
+    if arm not in FILTERED_ARMS:
+        return {"reward_variance_filtering": None}
+    control = arm if arm in ("random_matched", "skip_matched") else None
+    return dict(FILTER, reward_variance_control=control)
 
 
 def easy_success(prompts, completions, target, hard, **kwargs):
@@ -200,11 +226,15 @@ def run(cell: str, seed: int, work_dir: Path, steps: int, lr: float, mi_every: i
     """Train one cell on one seed; returns the config, the per-step series of `KEYS` and the wall time."""
     from datasets import Dataset
 
-    entropy_coef, beta, filtered = parse_cell(cell)
+    entropy_coef, beta, arm = parse_cell(cell)
+    ppo = arm.startswith("ppo_")
     model_path = warm_start(seed, work_dir)
     tokenizer = make_tiny_tokenizer()
     rows = [dict(row, prompt=render_prompt(tokenizer, row["user"])) for row in task_rows()]
-    args = SNRFilteredGRPOConfig(
+    config_class, trainer_class = (
+        (SNRFilteredPPOConfig, SNRFilteredPPOTrainer) if ppo else (SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer)
+    )
+    args = config_class(
         output_dir=str(work_dir / "runs" / f"{cell}-seed{seed}"),
         per_device_train_batch_size=len(rows) * generations,  # one optimizer step per batch of all 8 inputs
         num_generations=generations,
@@ -227,10 +257,11 @@ def run(cell: str, seed: int, work_dir: Path, steps: int, lr: float, mi_every: i
         mi_num_permutations=0,
         mi_num_bootstrap=0,
         mi_text_metrics=False,
-        **(FILTER if filtered else {"reward_variance_filtering": None}),
+        **arm_settings(arm),
+        **({"critic_learning_rate": lr} if ppo else {}),
         **CPU_TRAINING_KWARGS,
     )
-    trainer = SNRFilteredGRPOTrainer(
+    trainer = trainer_class(
         model=model_path,
         reward_funcs=[easy_success, hard_success],
         args=args,
@@ -249,8 +280,9 @@ def run(cell: str, seed: int, work_dir: Path, steps: int, lr: float, mi_every: i
         "seed": seed,
         "entropy_coef": entropy_coef,
         "beta": beta,
-        "filtered": filtered,
-        "filter": FILTER if filtered else None,
+        "arm": arm,
+        "filtered": arm in FILTERED_ARMS,
+        "filter": arm_settings(arm),
         "steps": steps,
         "learning_rate": lr,
         "train_seconds": time.time() - start,
@@ -284,11 +316,18 @@ def t_interval(values: list[float]) -> tuple[float, float]:
     return mean, student_t_quantile(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
 
 
-def load_runs(paths: list[str]) -> list[dict]:
+def load_runs(paths: list[str], arms: tuple[str, ...] = ARMS) -> list[dict]:
+    """The run files under `paths` (folders or files) whose arm is one of `arms`."""
     files = []
     for path in paths:
         files.extend(sorted(glob.glob(os.path.join(path, "*.json"))) if os.path.isdir(path) else [path])
-    return [json.loads(Path(f).read_text()) for f in files]
+    runs = [json.loads(Path(f).read_text()) for f in files]
+    return [r for r in runs if arm_of(r) in arms]
+
+
+def arm_of(result: dict) -> str:
+    """A run's arm (the original sweep's files carry only the filtered flag)."""
+    return result.get("arm") or ("filtered" if result["filtered"] else "unfiltered")
 
 
 def pool_table(runs: list[dict]) -> list[dict]:
@@ -408,6 +447,121 @@ def plot_plane(runs: list[dict], path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Report: the pre-registered analysis (docs/template_collapse_experiment.md, "Pre-registered plan")
+
+PLAN_CELL = (0.1, 0.001)  # entropy coefficient, beta: the cell of the primary contrasts
+REFERENCE_CELL = (0.0, 0.001)  # unfiltered without the entropy bonus: does the plan's cell collapse at all?
+BLIND_SEEDS = 10  # the paired SD is re-estimated after this many seeds of both arms
+
+
+def endpoints_by_arm(runs: list[dict], cell: tuple[float, float]) -> dict[str, dict[int, dict]]:
+    """{arm: {seed: run_endpoints}} for the runs of one (entropy_coef, beta) cell."""
+    out: dict[str, dict[int, dict]] = {}
+    for result in runs:
+        if (result["entropy_coef"], result["beta"]) == cell:
+            out.setdefault(arm_of(result), {})[result["seed"]] = analysis.run_endpoints(result)
+    return out
+
+
+def _column(by_seed: dict[int, dict], name: str) -> dict[int, float]:
+    return {seed: values[name] for seed, values in by_seed.items()}
+
+
+def report(folder: str) -> dict:
+    """Print every table of the experiment from the run files in `folder`; returns the numbers printed."""
+    runs = load_runs([folder])
+    cell = endpoints_by_arm(runs, PLAN_CELL)
+    reference = endpoints_by_arm(runs, REFERENCE_CELL)
+    out = {"arms": {}, "contrasts": {}, "secondary": {}}
+    low, high = analysis.ENDPOINT_STEPS
+    print(f"runs: {len(runs)} in {folder}")
+    print(f"\nper arm at entropy_coef {PLAN_CELL[0]:g}, beta {PLAN_CELL[1]:g} (reference: unfiltered at "
+          f"{REFERENCE_CELL[0]:g}): mean [95% t over seeds]; MI proxies averaged over the diagnostics at steps "
+          f"{low}-{high}, success over the last {analysis.SUCCESS_LAST_STEPS} steps")  # fmt: skip
+    names = ("mi_est", "retrieval_acc", "cond_entropy", "success")
+    print(f"{'arm':<22} {'seeds':>5}  " + "  ".join(f"{n:>24}" for n in names) + "  collapsed")
+    rows = [(arm, cell[arm]) for arm in ARMS if arm in cell]
+    rows += [("reference (unfiltered)", reference["unfiltered"])] if "unfiltered" in reference else []
+    for arm, by_seed in rows:
+        entry = {"seeds": sorted(by_seed)}
+        cells = []
+        for name in names:
+            values = [v for v in _column(by_seed, name).values() if not math.isnan(v)]
+            mean, half = t_interval(values) if values else (math.nan, math.nan)
+            entry[name] = (mean, half)
+            cells.append(
+                f"{mean:7.3f} [{mean - half:6.3f}, {mean + half:6.3f}]" if not math.isnan(half) else f"{mean:24.3f}"
+            )
+        collapsed = int(sum(v["collapsed"] for v in by_seed.values()))
+        entry["collapsed"] = collapsed
+        out["arms"][arm] = entry
+        print(
+            f"{arm:<22} {len(by_seed):>5}  "
+            + "  ".join(f"{c:>24}" for c in cells)
+            + f"  {collapsed} of {len(by_seed)}"
+        )
+
+    mi = {arm: _column(by_seed, "mi_est") for arm, by_seed in cell.items()}
+    if not all(a in mi and b in mi for _, a, b in analysis.CONTRASTS):
+        print("\nthe primary contrasts need all four arms: not every arm has runs yet")
+        return out
+    contrasts = {name: analysis.paired(mi[a], mi[b]) for name, a, b in analysis.CONTRASTS}
+    adjusted = analysis.holm({name: c.p for name, c in contrasts.items()})
+    print("\nprimary: MI-Est (nats/token), paired by seed; Holm over the three; equivalence margin "
+          f"+-{analysis.EQUIVALENCE_MARGIN}")  # fmt: skip
+    for name, c in contrasts.items():
+        out["contrasts"][name] = {"n": c.n, "mean": c.mean, "sd": c.sd, "ci95": c.ci95, "ci90": c.ci90, "p": c.p,
+                                  "holm_p": adjusted[name]}  # fmt: skip
+        print(f"  {name:<27} n={c.n:<3} mean {c.mean:+.3f}  95% {analysis._fmt(c.ci95)}  90% {analysis._fmt(c.ci90)}"
+              f"  sd {c.sd:.3f}  p {c.p:.3g}  Holm p {adjusted[name]:.3g}")  # fmt: skip
+    secondary = {
+        "filtered - skip_matched (MI-Est)": analysis.paired(mi["filtered"], mi["skip_matched"]),
+        "filtered - unfiltered (success)": analysis.paired(
+            _column(cell["filtered"], "success"), _column(cell["unfiltered"], "success")
+        ),
+        "filtered - unfiltered (Retrieval-Acc)": analysis.paired(
+            _column(cell["filtered"], "retrieval_acc"), _column(cell["unfiltered"], "retrieval_acc")
+        ),
+        "filtered - unfiltered (H(Z|X))": analysis.paired(
+            _column(cell["filtered"], "cond_entropy"), _column(cell["unfiltered"], "cond_entropy")
+        ),
+    }
+    if "ppo_filtered" in mi and "ppo_unfiltered" in mi:
+        secondary["ppo_filtered - ppo_unfiltered (MI-Est)"] = analysis.paired(mi["ppo_filtered"], mi["ppo_unfiltered"])
+    if "unfiltered" in reference:
+        secondary["unfiltered: coefficient 0.1 - 0 (MI-Est; does the cell collapse?)"] = analysis.paired(
+            mi["unfiltered"], _column(reference["unfiltered"], "mi_est")
+        )
+    print("\nsecondary (unadjusted), paired by seed")
+    for name, c in secondary.items():
+        out["secondary"][name] = {"n": c.n, "mean": c.mean, "ci95": c.ci95, "ci90": c.ci90, "p": c.p}
+        print(f"  {name:<62} n={c.n:<3} mean {c.mean:+.3f}  95% {analysis._fmt(c.ci95)}  p {c.p:.3g}")
+
+    blind = analysis.paired(
+        {s: v for s, v in mi["filtered"].items() if s in sorted(mi["filtered"])[:BLIND_SEEDS]}, mi["unfiltered"]
+    )
+    alpha = analysis.ALPHA / len(analysis.CONTRASTS)  # Holm's first step, the strictest
+    needed = analysis.seeds_needed(blind.sd, analysis.EQUIVALENCE_MARGIN, alpha)
+    f_u = contrasts["filtered - unfiltered"]
+    power = analysis.power_at(f_u.n, f_u.sd, analysis.EQUIVALENCE_MARGIN, alpha)
+    out["power"] = {"blind_sd": blind.sd, "seeds_needed": needed, "power_now": power}
+    print(f"\npower: SD of filtered - unfiltered over the first {blind.n} seeds {blind.sd:.3f} -> {needed} seeds for "
+          f"{analysis.POWER_TARGET:.0%} power at {analysis.EQUIVALENCE_MARGIN} nats (alpha {alpha:.4f}); with the "
+          f"{f_u.n} seeds run and their SD {f_u.sd:.3f}: power {power:.2f}")  # fmt: skip
+
+    name, reason = analysis.verdict(
+        dict(contrasts, **{"filtered - skip_matched": secondary["filtered - skip_matched (MI-Est)"]}),
+        secondary["filtered - unfiltered (success)"],
+    )
+    out["verdict"] = name
+    print(f"\nverdict: {name.upper()}: {reason}")
+    print("\nper seed, MI-Est (steps 25-50): " + "  ".join(a for a in ARMS if a in mi))
+    for seed in sorted(set().union(*[set(v) for v in mi.values()])):
+        print(f"  seed {seed:>3}: " + "  ".join(f"{mi[a].get(seed, math.nan):6.3f}" for a in ARMS if a in mi))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # CLI
 
 
@@ -423,10 +577,18 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="one cell, one seed, 10 steps: a smoke check")
     parser.add_argument("--pool", nargs="+", default=None, help="JSON files or folders: print the table, plot")
     parser.add_argument("--figures", default="docs/figures", help="where --pool writes its figures")
+    parser.add_argument(
+        "--report",
+        default=None,
+        help="a folder of run files: print the pre-registered analysis (collapse_analysis.py)",
+    )
     args = parser.parse_args(argv)
 
+    if args.report:
+        report(args.report)
+        return
     if args.pool:
-        runs = load_runs(args.pool)
+        runs = load_runs(args.pool, arms=("filtered", "unfiltered"))
         print_table(pool_table(runs))
         figures = Path(args.figures)
         figures.mkdir(parents=True, exist_ok=True)
@@ -452,7 +614,7 @@ def main(argv=None):
             except FileExistsError:
                 continue
             result = run(cell, seed, work_dir, args.steps, args.lr, args.mi_every)
-            path.write_text(json.dumps(result, indent=1))
+            path.write_text(json.dumps(result, separators=(",", ":")) + "\n")
             claim.unlink()
             last = {name: values[-1][1] for name, values in result["series"].items() if values}
             print(
