@@ -351,3 +351,18 @@ def test_a_task_yaml_without_a_task_field_is_an_error(tmp_path):
     recipe = copy_recipe("sokoban", tmp_path, task_yaml)
     with pytest.raises(ValueError, match=r"sokoban.yaml must set the task's max_turns"):
         parse_copy(recipe, ["--config", str(CONFIGS / "agent_cpu.yaml")])
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+@pytest.mark.parametrize("control", ["random_matched", "skip_matched"])
+def test_control_arms_from_the_command_line(algorithm, control):
+    argv = [
+        "--config",
+        str(CONFIGS / "agent_cpu.yaml"),
+        "--algorithm",
+        algorithm,
+        "--reward_variance_control",
+        control,
+    ]
+    _, training_args, _ = load_recipe("frozen_lake").parse_args(argv)
+    assert training_args.reward_variance_control == control
