@@ -398,7 +398,7 @@ def test_summary_streams_a_large_metrics_file(tmp_path, capsys):
     [
         ("mi_every_n_steps: 1.5", "mi_every_n_steps must be an integer, got 1.5"),
         ("reward_variance_top_p: [0.9]", r"reward_variance_top_p must be a number, got \[0.9\]"),
-        ("num_generations: 2.5", "num_generations must be an integer or None, got 2.5"),
+        ("reward_variance_empty_patience: 2.5", "reward_variance_empty_patience must be an integer, got 2.5"),
         ("mi_scopes: first_turn", "mi_scopes must be a list of strings, got 'first_turn'"),
     ],
 )

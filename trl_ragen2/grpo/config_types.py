@@ -6,7 +6,8 @@ later with a bare `TypeError`. [`check_field_types`] runs first in the configs' 
 
 Checked: `bool`, `int` (a bool is not one), `float` (an int is one), `str`, `list[...]` (each item), `Literal`,
 and unions of these. A field with any other type in its annotation (an enum, a dict, a class), and a `None`
-value, are left to the code that reads them.
+value, are left to the code that reads them, and so are the fields of the parent config (TRL's `GRPOConfig`): the
+library holds only its own fields to their declared types, and accepts whatever TRL accepts for TRL's.
 """
 
 from __future__ import annotations
@@ -116,11 +117,17 @@ def field_type_error(name: str, tp, value) -> str | None:
     return f"{name} must be {expected}, got {value!r} ({type(value).__name__})"
 
 
-def check_field_types(config) -> None:
-    """Raise a `ValueError` naming the first field of `config` whose value its annotation does not accept."""
+def check_field_types(config, parent: type | None = None) -> None:
+    """Raise a `ValueError` naming the first field of `config` whose value its annotation does not accept.
+
+    Fields that the dataclass `parent` declares are skipped: the parent's own `__post_init__` reads them, and it may
+    accept more than their annotation says (TRL's `scale_rewards: str` also takes `True` and `False`). A subclass
+    that redeclares such a field (to change its default) does not narrow what it accepts.
+    """
     hints = _hints(type(config))
+    inherited = {field.name for field in dataclasses.fields(parent)} if parent is not None else set()
     for field in dataclasses.fields(config):
-        if not field.init or field.name not in hints:
+        if not field.init or field.name not in hints or field.name in inherited:
             continue
         message = field_type_error(field.name, hints[field.name], getattr(config, field.name))
         if message:

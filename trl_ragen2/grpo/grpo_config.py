@@ -624,7 +624,9 @@ class SNRFilteredGRPOConfig(
     """
 
     def __post_init__(self):
-        check_field_types(self)  # a YAML number or list skips argparse's conversion: checked before anything reads it
+        check_field_types(
+            self, parent=GRPOConfig
+        )  # a YAML number or list skips argparse's conversion: checked before anything reads it
         super().__post_init__()
         self.validate_reward_variance_fields()
         self.mi_diagnostics_config()  # validates the mi_* fields

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from trl import GRPOConfig
+
 from ..grpo.config_types import check_field_types
 from ..grpo.grpo_config import SNRFilteredGRPOConfig
 
@@ -113,7 +115,7 @@ class SNRFilteredPPOConfig(SNRFilteredGRPOConfig):
     )
 
     def __post_init__(self):
-        check_field_types(self)  # before num_generations is compared
+        check_field_types(self, parent=GRPOConfig)  # before num_generations is compared
         if self.num_generations == 1:
             self._post_init_one_rollout_per_prompt()
         else:
