@@ -375,3 +375,73 @@ def test_a_rollout_field_that_disagrees_with_the_reward_is_an_error(tmp_path, ti
     )
     with pytest.raises(RuntimeError, match="liar.*rollout_field"):
         trainer.train()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Mixture-of-experts policies: the router's load-balancing loss enters the step as in plain GRPOTrainer
+
+
+def make_tiny_moe_model(tokenizer, seed: int = 0):
+    """A randomly initialised tiny `Qwen3MoeForCausalLM` (4 experts, 2 per token), deterministic for `seed`."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = Qwen3MoeConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        router_aux_loss_coef=0.5,  # large, so the router term is a visible share of the gradient
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Qwen3MoeForCausalLM(config)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_moe_step_equals_plain_grpo_on_the_kept_groups(tmp_path, tiny_tokenizer, loss_type):
+    settings = loss_settings(loss_type, 0.05)
+    filtered = make_trainer(tmp_path / "snr", tiny_tokenizer, SNRFilteredGRPOTrainer, list(AMPLITUDES),
+                            model=make_tiny_moe_model(tiny_tokenizer), **EXACT, **settings)  # fmt: skip
+    assert filtered.aux_loss_enabled
+    grads = record_gradients(filtered)
+    filtered.train()
+    log = filtered.state.log_history[0]
+    assert log["ragen2/filter/kept_rows"] == 4
+    reference = plain_gradient_on(
+        tmp_path, tiny_tokenizer, ["P2:"], model=make_tiny_moe_model(tiny_tokenizer), **settings
+    )
+    assert_same_gradient(grads.steps[0], reference)
+    # and the router term is part of it: without it the gradient differs
+    no_router = plain_gradient_on(tmp_path / "no_router", tiny_tokenizer, ["P2:"], model=make_tiny_moe_model(tiny_tokenizer),
+                                  router_aux_loss_coef=0.0, **settings)  # fmt: skip
+    assert any(not torch.allclose(reference[n], no_router[n], atol=1e-6) for n in reference)
+
+
+def test_moe_logs_aux_loss_on_every_step(tmp_path, tiny_tokenizer):
+    # Batches 1 and 3 earn 0 everywhere (an empty step: the rule keeps nothing), batches 2 and 4 the parity reward.
+    parity = parity_reward_for(AMPLITUDES)
+    calls = []
+
+    def alternating_reward(prompts, completion_ids, **kwargs):
+        calls.append(None)
+        rewards = parity(prompts, completion_ids)
+        return rewards if len(calls) % 2 == 0 else [0.0] * len(rewards)
+
+    filtered = make_trainer(tmp_path, tiny_tokenizer, SNRFilteredGRPOTrainer, list(AMPLITUDES),
+                            reward_funcs=alternating_reward, model=make_tiny_moe_model(tiny_tokenizer), max_steps=4,
+                            reward_variance_empty_patience=0, **EXACT)  # fmt: skip
+    filtered.train()
+    logs = [log for log in filtered.state.log_history if "ragen2/filter/empty" in log]
+    assert [log["ragen2/filter/empty"] for log in logs] == [1.0, 0.0, 1.0, 0.0]
+    aux = [log["aux_loss"] for log in logs]
+    assert aux[0] == aux[2] == 0.0  # no row trained: no router loss entered the update
+    assert aux[1] > 0 and aux[3] > 0

@@ -51,6 +51,20 @@ class TestGroupRewardScores:
                 ragen = rewards.view(-1, num_generations).std(dim=-1)
                 assert torch.equal(group_reward_scores(rewards, num_generations, metric="std"), ragen)
 
+    def test_a_single_constant_group_scores_zero_where_ragens_float32_std_is_noise(self):
+        """docs/differences.md: with one prompt group (P = 1) of G >= 8 equal rewards, torch's float32 std of the
+        (1, G) row is float noise, not 0; RAGEN then counts the group as having variance, the library does not."""
+        rewards = torch.full((8,), 0.3)
+        ragen = rewards.view(1, 8).std(dim=-1)  # RAGEN's expression
+        assert 1e-9 < ragen.item() < 1e-7  # 3.19e-08: above the zero-variance tolerance, so a candidate in RAGEN
+        ours = group_reward_scores(rewards, 8, metric="std")
+        assert ours.tolist() == [0.0]
+        assert not select_groups(ours, strategy="top_k", top_k=1).any()  # RAGEN's top_k 1 would keep it
+        assert not select_groups(ours, strategy="percentile_range", percentile_range=(0.0, 0.25)).any()
+        # with P >= 2 torch's std of each row is exactly 0, as the library's
+        two = torch.full((16,), 0.3)
+        assert two.view(2, 8).std(dim=-1).tolist() == group_reward_scores(two, 8, metric="std").tolist() == [0.0, 0.0]
+
     def test_nan_rewards_are_ignored_within_their_group(self):
         nan = float("nan")
         rewards = torch.tensor([1.0, nan, 3.0, 5.0, nan, nan, 7.0, 7.0])

@@ -189,6 +189,9 @@ PER_ROW_METRICS = (
     "cispo_clip_ratio",
     "vespo/phi_seq_mean",
 )
+# TRL logs these on every step (a mixture-of-experts model's router loss), and its callers read them as numbers: a
+# step without a kept row logs 0.0, the router loss that entered its (absent) update, as its loss is 0.
+ALWAYS_LOGGED = ("aux_loss",)
 # With importance_sampling_level="sequence" these are means over rows, placeholders included; each placeholder
 # adds 0 (its sequence ratio is exp(0) = 1: never clipped).
 SEQUENCE_ROW_MEANS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "cispo_clip_ratio")
@@ -199,7 +202,9 @@ def correct_trl_metrics(
 ) -> dict[str, list[float]]:
     """The values TRL's `_compute_loss` appended for one micro-step, restricted to its kept rows.
 
-    A micro-step without a kept row on any process logs nothing for the per-row metrics (they would read 0).
+    A micro-step without a kept row on any process logs nothing for the per-row metrics (they would read 0), except
+    the keys TRL logs on every step (`ALWAYS_LOGGED`: the router loss), which read 0.0 when the whole optimizer step
+    has no kept row.
     Otherwise placeholder rows are taken out of the means TRL takes over rows: the sequence-level clip ratios
     (placeholders add 0) and `vespo/phi_seq_mean` (always a mean over rows; a placeholder's weight is exactly 1,
     since its sequence log-ratio is 0). A sequence-level `clip_ratio/low_min` is a minimum of 0/1 values, so over
@@ -211,6 +216,8 @@ def correct_trl_metrics(
     for key, values in appended.items():
         if key not in PER_ROW_METRICS:
             corrected[key] = values
+        elif kept == 0 and key in ALWAYS_LOGGED and step.unit_rows == 0:
+            corrected[key] = [0.0] * len(values)  # an optimizer step without a kept row: no router loss in the update
         elif kept == 0:
             continue
         elif kept == total_rows:
