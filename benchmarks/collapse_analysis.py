@@ -108,8 +108,9 @@ def run_endpoints(result: dict) -> dict[str, float]:
     series = result["series"]
     low, high = ENDPOINT_STEPS
     out = {name: series_mean(series.get(name, []), low, high) for name in ("mi_est", "retrieval_acc", "cond_entropy")}
-    success = [value for _, value in series.get("success", [])][-SUCCESS_LAST_STEPS:]
-    out["success"] = statistics.fmean(success) if success else math.nan
+    for name in ("success", "named_input"):  # named_input: the recall task's turn 1 names the input
+        tail = [value for _, value in series.get(name, [])][-SUCCESS_LAST_STEPS:]
+        out[name] = statistics.fmean(tail) if tail else math.nan
     for name in ("mi_est", "retrieval_acc", "cond_entropy"):
         first = series.get(name, [])
         out[f"{name}_step1"] = first[0][1] if first else math.nan

@@ -121,9 +121,15 @@ def render_prompt(tokenizer, user: str) -> str:
 WARM_STEPS, WARM_BATCH, WARM_LR = 600, 16, 1e-2
 
 
-def warm_start(seed: int, work_dir: Path, steps: int = WARM_STEPS) -> str:
-    """Imitate `demonstration` from a fresh tiny model (seed `seed`); saved once per seed and reused."""
-    folder = work_dir / f"warm-seed{seed}-steps{steps}"
+TASKS = ("letter", "recall")  # the one-turn task above; the two-turn task of `recall_task.py`
+RECALL_WARM_STEPS = 1200  # two kinds of turn to imitate
+
+
+def warm_start(seed: int, work_dir: Path, steps: int = WARM_STEPS, task: str = "letter") -> str:
+    """Imitate the task's demonstrations from a fresh tiny model (seed `seed`); saved once per seed and reused."""
+    folder = work_dir / (
+        f"warm-seed{seed}-steps{steps}" if task == "letter" else f"warm-{task}-seed{seed}-steps{steps}"
+    )
     if (folder / "config.json").exists():
         return str(folder)
     tokenizer = make_tiny_tokenizer()
@@ -133,12 +139,17 @@ def warm_start(seed: int, work_dir: Path, steps: int = WARM_STEPS) -> str:
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=WARM_LR, betas=(0.9, 0.95), weight_decay=0.0)
     model.train()
+    if task == "recall":
+        import recall_task  # it imports this module's task definitions
     for _ in range(steps):
-        pairs = []
-        for _ in range(WARM_BATCH):
-            target = rng.choice(TARGETS)
-            reply = tokenizer.encode(demonstration(target, rng)) + [tokenizer.eos_token_id]
-            pairs.append((prompts[target], reply))
+        if task == "recall":
+            pairs = recall_task.warm_pairs(tokenizer, rng, WARM_BATCH)
+        else:
+            pairs = []
+            for _ in range(WARM_BATCH):
+                target = rng.choice(TARGETS)
+                reply = tokenizer.encode(demonstration(target, rng)) + [tokenizer.eos_token_id]
+                pairs.append((prompts[target], reply))
         imitation_step(model, optimizer, pairs, tokenizer.pad_token_id)  # loss on the reply only
     tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
     model.save_pretrained(tmp)
@@ -169,6 +180,7 @@ KEYS = {  # short name -> logged key
     "success": "reward",
     "easy_success": "rewards/easy_success/mean",
     "hard_success": "rewards/hard_success/mean",
+    "named_input": "rewards/named_input/mean",  # the recall task: turn 1 names the input's letter
     "entropy": "entropy",
     "kept_fraction": "ragen2/filter/kept_fraction",
     "zero_variance_fraction": "frac_reward_zero_std",
@@ -222,13 +234,32 @@ def hard_success(prompts, completions, target, hard, **kwargs):
     return [task_reward(t, c) if h else None for c, t, h in zip(completions, target, hard, strict=True)]
 
 
-def run(cell: str, seed: int, work_dir: Path, steps: int, lr: float, mi_every: int, generations: int = 8) -> dict:
+def run(
+    cell: str,
+    seed: int,
+    work_dir: Path,
+    steps: int,
+    lr: float,
+    mi_every: int,
+    generations: int = 8,
+    task: str = "letter",
+) -> dict:
     """Train one cell on one seed; returns the config, the per-step series of `KEYS` and the wall time."""
     from datasets import Dataset
 
     entropy_coef, beta, arm = parse_cell(cell)
     ppo = arm.startswith("ppo_")
-    model_path = warm_start(seed, work_dir)
+    model_path = (
+        warm_start(seed, work_dir) if task == "letter" else warm_start(seed, work_dir, RECALL_WARM_STEPS, task)
+    )
+    if task == "recall":  # the episode's reward, and (weight 0, logged only) whether turn 1 named the input
+        import recall_task
+
+        task_kwargs = dict(reward_funcs=[recall_task.recall_success, recall_task.named_input],
+                           rollout_func=recall_task.RecallRollout(max_turn1_tokens=32))  # fmt: skip
+        task_args = dict(reward_weights=[1.0, 0.0])
+    else:
+        task_kwargs, task_args = dict(reward_funcs=[easy_success, hard_success]), {}
     tokenizer = make_tiny_tokenizer()
     rows = [dict(row, prompt=render_prompt(tokenizer, row["user"])) for row in task_rows()]
     config_class, trainer_class = (
@@ -259,11 +290,12 @@ def run(cell: str, seed: int, work_dir: Path, steps: int, lr: float, mi_every: i
         mi_text_metrics=False,
         **arm_settings(arm),
         **({"critic_learning_rate": lr} if ppo else {}),
+        **task_args,
         **CPU_TRAINING_KWARGS,
     )
     trainer = trainer_class(
         model=model_path,
-        reward_funcs=[easy_success, hard_success],
+        **task_kwargs,
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
@@ -277,6 +309,7 @@ def run(cell: str, seed: int, work_dir: Path, steps: int, lr: float, mi_every: i
                 series[name].append((record["step"], record[key]))
     return {
         "cell": cell,
+        "task": task,
         "seed": seed,
         "entropy_coef": entropy_coef,
         "beta": beta,
@@ -526,6 +559,10 @@ def report(folder: str) -> dict:
             _column(cell["filtered"], "cond_entropy"), _column(cell["unfiltered"], "cond_entropy")
         ),
     }
+    if all(not math.isnan(v["named_input"]) for arm in ("filtered", "unfiltered") for v in cell[arm].values()):
+        secondary["filtered - unfiltered (named_input, the recall task)"] = analysis.paired(
+            _column(cell["filtered"], "named_input"), _column(cell["unfiltered"], "named_input")
+        )
     if "ppo_filtered" in mi and "ppo_unfiltered" in mi:
         secondary["ppo_filtered - ppo_unfiltered (MI-Est)"] = analysis.paired(mi["ppo_filtered"], mi["ppo_unfiltered"])
     if "unfiltered" in reference:
@@ -575,6 +612,7 @@ def main(argv=None):
     parser.add_argument("--out_dir", default="outputs/template_collapse", help="one JSON per run goes here")
     parser.add_argument("--work_dir", default=None, help="warm starts and trainer folders (default: out_dir/work)")
     parser.add_argument("--quick", action="store_true", help="one cell, one seed, 10 steps: a smoke check")
+    parser.add_argument("--task", choices=TASKS, default="letter", help="'recall': the two-turn task (recall_task.py)")
     parser.add_argument("--pool", nargs="+", default=None, help="JSON files or folders: print the table, plot")
     parser.add_argument("--figures", default="docs/figures", help="where --pool writes its figures")
     parser.add_argument(
@@ -613,7 +651,7 @@ def main(argv=None):
                 os.close(os.open(claim, os.O_CREAT | os.O_EXCL))
             except FileExistsError:
                 continue
-            result = run(cell, seed, work_dir, args.steps, args.lr, args.mi_every)
+            result = run(cell, seed, work_dir, args.steps, args.lr, args.mi_every, task=args.task)
             path.write_text(json.dumps(result, separators=(",", ":")) + "\n")
             claim.unlink()
             last = {name: values[-1][1] for name, values in result["series"].items() if values}
