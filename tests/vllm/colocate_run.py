@@ -102,7 +102,7 @@ def build_trainer(options, output_dir):
         vllm_importance_sampling_correction=True,
         mi_diagnostics=True,
         mi_every_n_steps=1,
-        mi_engine="vllm",
+        mi_engine=options.mi_engine,
         **CPU_TRAINING_KWARGS,
     )
     if torch.cuda.is_available():  # the same run on a GPU machine (tests/gpu/run_gpu_checks.sh): train on CUDA too
@@ -140,6 +140,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--multi_turn", action="store_true")
     parser.add_argument("--lora", action="store_true")
+    parser.add_argument("--mi_engine", choices=["vllm", "auto", "transformers"], default="vllm")
     parser.add_argument("--out")
     options = parser.parse_args(argv)
 
@@ -184,6 +185,12 @@ def main(argv=None):
             "scorer_vs_transformers_max": (vllm_scores - hf_scores).abs().max().item(),
             "mi_retrieval_acc": [row[k] for row in history for k in row if k.endswith("mi/first_turn/retrieval_acc")],
             "mi_num_pairs": [row[k] for row in history for k in row if k.endswith("mi/first_turn/num_pairs")],
+            "mi_vllm_engine": {
+                scope: [
+                    row[f"ragen2/mi/{scope}/vllm_engine"] for row in history if f"ragen2/mi/{scope}/vllm_engine" in row
+                ]
+                for scope in ("first_turn", "trajectory")
+            },
             "kept_fraction": [row[k] for row in history for k in row if k == "ragen2/filter/kept_fraction"],
             "critic_loss": [
                 row[k] for row in history for k in row if k.startswith("ragen2/critic/") or k == "critic/loss"

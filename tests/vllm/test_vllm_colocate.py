@@ -63,6 +63,17 @@ def test_multi_turn_rollout_generates_through_the_engine(tmp_path):
     assert not result["nan_in_history"]
 
 
+def test_auto_engine_calibrates_each_scope_on_the_real_engine(tmp_path):
+    """mi_engine='auto' on a vLLM run: transformers scores each scope's first diagnostic, vLLM its second, then the
+    faster one (which one depends on the machine); every diagnostic gives numbers."""
+    result = run(tmp_path, "--trainer", "grpo", "--multi_turn", "--mi_engine", "auto")
+    for scope in ("first_turn", "trajectory"):
+        engines = result["mi_vllm_engine"][scope]
+        assert engines[:2] == [0.0, 1.0] and engines[2] in (0.0, 1.0), (scope, engines)
+    assert result["mi_num_pairs"] == [8.0, 8.0, 8.0]
+    assert not result["nan_in_history"]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

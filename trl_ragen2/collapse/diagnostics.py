@@ -7,7 +7,8 @@ policy, and appends the MI proxies of `trl_ragen2.collapse.mi` to the trainer's 
 - `ragen2/mi/first_turn/<key>` and `ragen2/mi/trajectory/<key>` for every key of [`~mi.mi_metrics`] plus
   `mi_zscore_ema(_seq)` / `marginal_std_ema(_seq)`,
 - `ragen2/mi/<scope>/num_pairs` (chains in the estimate), `num_dropped_empty` (draws whose reasoning was empty),
-  `num_unscored` (pairs the engine could not score) and `time_s` (wall time, the largest over processes),
+  `num_unscored` (pairs the engine could not score), `time_s` (wall time, the largest over processes) and
+  `vllm_engine` (1 when vLLM scored the scope, 0 for transformers),
 - the permutation p-value and bootstrap intervals of each scope's proxies (`trl_ragen2.collapse.mi_uncertainty`), and
   the text template metrics of the whole batch's reasoning, `ragen2/text/<key>`
   (`trl_ragen2.collapse.text_diagnostics`).
@@ -52,10 +53,12 @@ from ..runs.keys import MI_SCOPES, mi_key, text_key
 from .mi import DEFAULT_KS, EMA_KEYS, MARGINAL_MODES, MIZScoreEMA, mi_metric_keys, mi_metrics
 from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS, scope_uncertainty, uncertainty_keys
 from .scoring.collective import ProcessGroup
+from .scoring.engine_choice import TRANSFORMERS, VLLM, EngineSelector, prefill_tokens
 from .scoring.pairs import NEGATIVE_SAMPLING, PairBuilder
 from .scoring.reasoning import ReasoningExtractor
 from .scoring.scopes import LocalRollouts, ScopeResult, ScoreMemo, gather_rows, score_scope
 from .scoring.transformers_scorer import DEFAULT_PACK_TOKENS
+from .scoring.vllm_scorer import VLLMCrossScorer
 from .text_diagnostics import batch_text_metrics
 
 
@@ -63,7 +66,7 @@ logger = logging.getLogger(__name__)
 
 ENGINES = ("auto", "transformers", "vllm")
 STATE_FILE = "mi_diagnostics_state.json"
-COUNT_KEYS = ("num_pairs", "num_dropped_empty", "num_unscored", "time_s")
+COUNT_KEYS = ("num_pairs", "num_dropped_empty", "num_unscored", "time_s", "vllm_engine")
 
 
 @dataclass
@@ -79,7 +82,8 @@ class MIDiagnosticsConfig:
             `first_turn`, the initial prompt against the first turn's reasoning; `trajectory`, the history up to a
             turn against that turn's reasoning.
         engine (`str`, defaults to `"auto"`): `"transformers"` (exact, KV-cache reuse), `"vllm"` (the trainer's vLLM
-            prompt logprobs), or `"auto"` (vLLM when the trainer uses it).
+            prompt logprobs), or `"auto"`: transformers without vLLM; with vLLM, each scope is scored by the engine
+            measured faster on it (`trl_ragen2.collapse.scoring.engine_choice`).
         max_tokens_per_chunk (`int`, defaults to `16384`): token budget of one scoring forward (transformers).
         pack_tokens (`int` or `None`, defaults to `128`): lane width for packing chains side by side (transformers);
             `None` scores one chain per row. The scores are the same; only the time changes.
@@ -203,6 +207,7 @@ class MIDiagnostics:
         self.config = config if config is not None else MIDiagnosticsConfig()
         self.extractor = extractor
         self.scorer = scorer
+        self.engines = EngineSelector()  # `engine="auto"` with a vLLM trainer: the measured choice per scope
         self.ema = {scope: MIZScoreEMA(self.config.ema_alpha) for scope in self.config.scopes}
         self.next_step = 1  # 1-indexed optimizer step at which the diagnostics run next
         # The matrices of the last run, for the sample log (`trl_ragen2.grpo.sample_log`); replaced at each run
@@ -253,26 +258,31 @@ class MIDiagnostics:
         return metrics
 
     def _scorer_for(self, trainer):
+        """The scorer, or with `engine="auto"` on a vLLM trainer `{engine: scorer}` for the per-scope choice."""
         if self.scorer is not None:
             return self.scorer
         engine = self.config.engine
-        if engine == "auto":
-            engine = "vllm" if getattr(trainer, "use_vllm", False) else "transformers"
-        if engine == "vllm":
-            from .scoring.vllm_scorer import VLLMCrossScorer
-
-            self.scorer = VLLMCrossScorer.from_trainer(trainer)
+        if engine == "auto" and getattr(trainer, "use_vllm", False):
+            self.scorer = {
+                TRANSFORMERS: self._build_scorer(trainer, TRANSFORMERS),
+                VLLM: self._build_scorer(trainer, VLLM),
+            }
         else:
-            from .scoring.transformers_scorer import TransformersCrossScorer
-
-            self.scorer = TransformersCrossScorer(
-                trainer.model,
-                max_tokens_per_chunk=self.config.max_tokens_per_chunk,
-                pack_tokens=self.config.pack_tokens,
-                accelerator=trainer.accelerator,
-                show_progress=trainer.accelerator.is_main_process and not trainer.args.disable_tqdm,
-            )
+            self.scorer = self._build_scorer(trainer, VLLM if engine == VLLM else TRANSFORMERS)
         return self.scorer
+
+    def _build_scorer(self, trainer, engine: str):
+        if engine == VLLM:
+            return VLLMCrossScorer.from_trainer(trainer)
+        from .scoring.transformers_scorer import TransformersCrossScorer
+
+        return TransformersCrossScorer(
+            trainer.model,
+            max_tokens_per_chunk=self.config.max_tokens_per_chunk,
+            pack_tokens=self.config.pack_tokens,
+            accelerator=trainer.accelerator,
+            show_progress=trainer.accelerator.is_main_process and not trainer.args.disable_tqdm,
+        )
 
     # -----------------------------------------------------------------------------------------------------------
     # Trainer-free core
@@ -307,6 +317,8 @@ class MIDiagnostics:
             if text_error:
                 self._warn_once("text", text_error)
         for scope in self.config.scopes:
+            engine = self.engines.engine_for(scope) if isinstance(scorer, dict) else None
+            scope_scorer = CountingScorer(scorer[engine] if engine is not None else scorer)
             if errors:
                 result = ScopeResult(error="; ".join(errors))
             else:
@@ -317,7 +329,7 @@ class MIDiagnostics:
                     offset=offset,
                     group=group,
                     builder=builder,
-                    scorer=scorer,
+                    scorer=scope_scorer,
                     num_samples=self.config.num_samples,
                     seed=self.config.seed,
                     step=step,
@@ -327,9 +339,15 @@ class MIDiagnostics:
                     memo=memo,
                 )
             self.last_results[scope] = result
-            metrics.update(
-                {mi_key(scope, key): value for key, value in self._scope_metrics(scope, result, step).items()}
+            if engine is not None:  # every process records the same numbers: the time is already the largest
+                tokens = sum(group.all_gather(scope_scorer.prefill_tokens))
+                if result.error is None:
+                    self.engines.record(scope, engine, result.time_s, tokens)
+            scope_values = self._scope_metrics(scope, result, step)
+            scope_values["vllm_engine"] = float(
+                engine == VLLM if engine is not None else isinstance(scope_scorer.scorer, VLLMCrossScorer)
             )
+            metrics.update({mi_key(scope, key): value for key, value in scope_values.items()})
         return metrics
 
     def _scope_metrics(self, scope: str, result: ScopeResult, step: int = 1) -> dict[str, float]:
@@ -374,6 +392,7 @@ class MIDiagnostics:
         return {
             "next_step": self.next_step,
             "ema": {scope: ema.state_dict() for scope, ema in self.ema.items()},
+            "engines": self.engines.state_dict(),
             "config": asdict(self.config),
         }
 
@@ -382,6 +401,7 @@ class MIDiagnostics:
         if "ema" not in state or "next_step" not in state:
             raise ValueError("MIDiagnostics state must hold 'ema' and 'next_step'; pass a dict from state_dict()")
         self.next_step = int(state["next_step"])
+        self.engines.load_state_dict(state.get("engines", {}))  # absent in states saved before the per-scope choice
         for scope, ema_state in state["ema"].items():
             if scope in self.ema:
                 self.ema[scope].load_state_dict(ema_state)
@@ -410,6 +430,21 @@ class MIDiagnostics:
                 f"{path} is not an MI diagnostics state ({error}); resume from another checkpoint"
             ) from error
         return True
+
+
+class CountingScorer:
+    """Delegates `score` to a scorer and counts the prefill tokens of the pairs it was asked to score."""
+
+    def __init__(self, scorer):
+        self.scorer = scorer
+        self.prefill_tokens = 0
+
+    def score(self, contexts, chains, mask=None, **kwargs):
+        if mask is not None:
+            self.prefill_tokens += prefill_tokens(contexts, chains, mask)
+        else:
+            self.prefill_tokens += len(chains) * sum(map(len, contexts)) + len(contexts) * sum(map(len, chains))
+        return self.scorer.score(contexts, chains, mask, **kwargs)
 
 
 def _is_sharded(trainer) -> bool:
