@@ -23,21 +23,27 @@ exists, so a run interrupted between stages resumes where it stopped (a stage cu
     python benchmarks/paper_settings_cpu.py --seed 0 --arms ppo grpo      # one seed, every stage
     python benchmarks/paper_settings_cpu.py --report runs/paper_settings  # the table and curves over the seeds
 
-The report gives held-out success per policy with 95% Wilson intervals (pooled over seeds), filtered - unfiltered
-paired by seed with a 95% t interval and, within each seed, paired by held-out map with the exact McNemar test, and
-the curves over steps (training success, kept fraction, Retrieval-Acc, MI-Est, token entropy).
+The report treats the seed (one trained policy) as the unit of replication: the 96 held-out maps are the same for
+every policy, so episodes pooled over seeds are not independent draws. Per policy it gives each seed's held-out
+success, the mean over seeds with its 95% t interval and the homogeneity chi-square test over the seeds (do they
+share one success rate?); then each policy against its seed's warm start and filtered - unfiltered, paired by seed
+with a 95% t interval, within each seed paired by held-out map with the exact McNemar test, and the seeds a paired t
+test would need for 80% power against the paper's +10.9 points; and the curves over steps (training success, kept
+fraction, Retrieval-Acc, MI-Est, token entropy).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import NormalDist, stdev
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
@@ -55,7 +61,6 @@ from learning_cpu import (  # noqa: E402
     specs,
     successes,
     warm_start,
-    wilson,
 )
 
 
@@ -191,14 +196,114 @@ def load(run_dir: Path) -> dict[int, dict[str, dict]]:
     return seeds
 
 
-def paired_mean(differences: list[float]) -> str:
-    """The mean of per-seed differences with its 95% t interval (none from one seed)."""
+# The paper's FrozenLake gain for PPO with the filter (Table 4: +10.9 points), the effect the seeds-needed line sizes.
+PAPER_GAIN = 0.109
+
+
+def t_interval(values: list[float]) -> tuple[float, float]:
+    """The mean of per-seed values and the half-width of its 95% t interval (nan from one seed)."""
     from keep_rate_bandit import interval
 
-    mean, half = interval(differences)
+    return interval(values)
+
+
+def paired_mean(differences: list[float]) -> str:
+    """The mean of per-seed differences with its 95% t interval (none from one seed)."""
+    mean, half = t_interval(differences)
     if len(differences) == 1:
         return f"mean {mean:+.3f} (one seed: no t interval)"
     return f"mean {mean:+.3f} ± {half:.3f} [95% t, {len(differences)} seeds]"
+
+
+def chi2_sf(x: float, dof: int) -> float:
+    """P(X >= x) for X chi-square with `dof` degrees of freedom: the regularised upper gamma Q(dof/2, x/2), exact
+    for integer dof through its finite series (even dof: e^(-x/2) sum_{i<dof/2} (x/2)^i/i!; odd dof: erfc(sqrt(x/2))
+    plus e^(-x/2) sum_{i=1}^{(dof-1)/2} (x/2)^(i-1/2)/Gamma(i+1/2))."""
+    if dof < 1:
+        raise ValueError(f"dof must be at least 1, got {dof}")
+    if x <= 0:
+        return 1.0
+    half = x / 2
+    if dof % 2 == 0:
+        return math.exp(-half) * sum(half**i / math.factorial(i) for i in range(dof // 2))
+    tail = sum(math.exp((i - 0.5) * math.log(half) - half - math.lgamma(i + 0.5)) for i in range(1, (dof + 1) // 2))
+    return math.erfc(math.sqrt(half)) + tail
+
+
+def homogeneity_chi2(wins: list[int], episodes: list[int]) -> tuple[float, int, float]:
+    """Pearson's chi-square test that k seeds share one success rate: the 2 x k table of successes and failures per
+    seed against the counts expected from the pooled rate. Returns (chi2, k - 1 degrees of freedom, p); chi2 = 0 and
+    p = 1 when every episode of every seed had the same outcome."""
+    total, won = sum(episodes), sum(wins)
+    dof = len(wins) - 1
+    if dof < 1:
+        raise ValueError("the homogeneity test needs at least two seeds")
+    if won in (0, total):
+        return 0.0, dof, 1.0
+    rate = won / total
+    chi2 = sum((w - n * rate) ** 2 / (n * rate * (1 - rate)) for w, n in zip(wins, episodes, strict=True))
+    return chi2, dof, chi2_sf(chi2, dof)
+
+
+def seeds_for_power(sd: float, delta: float, alpha: float = 0.05, power: float = 0.8) -> tuple[float, int]:
+    """The seeds a paired two-sided t test at level `alpha` needs for `power` against a mean difference `delta`,
+    given the standard deviation `sd` of the per-seed differences: the normal formula with Guenther's t correction,
+    n = ((z_{1-alpha/2} + z_{power}) sd / delta)^2 + z_{1-alpha/2}^2 / 2. Returns the value and it rounded up."""
+    z_alpha, z_power = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    n = ((z_alpha + z_power) * sd / delta) ** 2 + z_alpha**2 / 2
+    return n, math.ceil(n)
+
+
+def paired_half_width(sd: float, seeds: int) -> float:
+    """The half-width of the 95% t interval of a mean over `seeds` per-seed differences of standard deviation `sd`."""
+    from trl_ragen2.collapse.mi_uncertainty import student_t_quantile
+
+    return student_t_quantile(0.975, seeds - 1) * sd / math.sqrt(seeds)
+
+
+def p_value(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def seeds_needed(arm: str, differences: list[float], delta: float = PAPER_GAIN, seeds: int = 5) -> str:
+    """The line that sizes a paired comparison from the spread of the per-seed differences measured."""
+    sd = stdev(differences)
+    exact, needed = seeds_for_power(sd, delta)
+    return (
+        f"{arm} seeds needed: the paired SD of filtered − unfiltered over {len(differences)} seeds is {sd:.3f}; a "
+        f"paired two-sided t test at α = 0.05 needs {needed} seeds (n = {exact:.2f}, rounded up) for 80% power "
+        f"against the paper's +{delta:.3f} (Table 4), and {seeds} seeds would give ± {paired_half_width(sd, seeds):.3f} "
+        "[95% t]"
+    )
+
+
+def policy_row(name: str, runs: dict[int, dict]) -> dict:
+    """One policy over its seeds: each seed's held-out successes, the mean over seeds and its 95% t interval, and the
+    homogeneity test over the seeds (none from one seed)."""
+    seeds = sorted(runs)
+    wins = [successes(runs[seed]["eval"]) for seed in seeds]
+    episodes = [runs[seed]["eval"]["episodes"] for seed in seeds]
+    rates = [w / n for w, n in zip(wins, episodes, strict=True)]
+    mean, half = t_interval(rates)
+    chi2, dof, p = homogeneity_chi2(wins, episodes) if len(seeds) > 1 else (math.nan, 0, math.nan)
+    train_s = sum(runs[seed]["time_s"]["train"] for seed in seeds) / len(seeds)
+    return {"policy": name, "seeds": seeds, "wins": wins, "episodes": episodes, "rates": rates, "mean": mean,
+            "half": half, "chi2": chi2, "dof": dof, "p": p, "train_s": train_s}  # fmt: skip
+
+
+def row_line(row: dict) -> str:
+    episodes = row["episodes"]
+    if len(set(episodes)) == 1:
+        counts = f"{' / '.join(map(str, row['wins']))} of {episodes[0]}"
+    else:
+        counts = " / ".join(f"{w} of {n}" for w, n in zip(row["wins"], episodes, strict=True))
+    if len(row["seeds"]) == 1:
+        mean, homogeneity = f"{row['mean']:.3f} (one seed: no t interval)", "– (one seed)"
+    else:
+        mean = f"{row['mean']:.3f} ± {row['half']:.3f}"
+        homogeneity = f"χ² = {row['chi2']:.1f}, {row['dof']} d.f., p = {p_value(row['p'])}"
+    return (f"| {row['policy']} | {', '.join(map(str, row['seeds']))} | {counts} | "
+            f"{' / '.join(f'{r:.3f}' for r in row['rates'])} | {mean} | {homogeneity} | {row['train_s']:.0f} |")  # fmt: skip
 
 
 def report(run_dir: Path, figures: Path) -> list[dict]:
@@ -207,20 +312,16 @@ def report(run_dir: Path, figures: Path) -> list[dict]:
     names = sorted({name for stages in seeds.values() for name in stages}, key=lambda n: (n != "warm", n))
     rows = []
     print(f"\nseeds with a finished stage: {sorted(seeds)}")
-    print("| policy | seeds | successes per seed | pooled [95% Wilson] | train s per run (mean) |")
-    print("|---|---|---|---|---|")
+    print("| policy | seeds | successes per seed | held-out success per seed | mean over seeds [95% t] "
+          "| homogeneity over seeds | train s per run (mean) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for name in names:
-        runs = {seed: stages[name] for seed, stages in seeds.items() if name in stages}
-        wins = [successes(run["eval"]) for run in runs.values()]
-        episodes = sum(run["eval"]["episodes"] for run in runs.values())
-        rate, low, high = wilson(sum(wins), episodes)
-        train_s = sum(run["time_s"]["train"] for run in runs.values()) / len(runs)
-        rows.append({"policy": name, "seeds": sorted(runs), "wins": wins, "rate": rate, "ci": [low, high]})
-        print(f"| {name} | {len(runs)} | {' / '.join(map(str, wins))} | {sum(wins)} of {episodes}: {rate:.3f} "
-              f"[{low:.3f}, {high:.3f}] | {train_s:.0f} |")  # fmt: skip
+        row = policy_row(name, {seed: stages[name] for seed, stages in seeds.items() if name in stages})
+        rows.append(row)
+        print(row_line(row))
     seed_sets = {row["policy"]: row["seeds"] for row in rows}
-    if len({tuple(s) for s in seed_sets.values()}) > 1:  # pooled rows over different seeds do not compare
-        print("\nthe rows pool different seeds (" + "; ".join(f"{k}: {v}" for k, v in seed_sets.items())
+    if len({tuple(s) for s in seed_sets.values()}) > 1:  # means over different seeds do not compare
+        print("\nthe rows cover different seeds (" + "; ".join(f"{k}: {v}" for k, v in seed_sets.items())
               + "): compare policies through the differences paired by seed below")  # fmt: skip
     print()
     for name in names[1:] if names and names[0] == "warm" else []:
@@ -237,6 +338,8 @@ def report(run_dir: Path, figures: Path) -> list[dict]:
                        for _, stages in paired]  # fmt: skip
         print(f"\n{arm}: filtered − unfiltered, paired by seed ({', '.join(str(s) for s, _ in paired)}): "
               f"{' / '.join(f'{d:+.3f}' for d in differences)}; {paired_mean(differences)}")  # fmt: skip
+        if len(differences) > 1:
+            print(seeds_needed(arm, differences))
         for seed, stages in paired:  # the same held-out maps: paired by episode within the seed
             first, second = (stages[f"{arm}_{v}"]["eval"].get("outcomes") for v in VARIANTS)
             if first is None or second is None:
