@@ -31,7 +31,8 @@ CONTROLS = (RANDOM_MATCHED, SKIP_MATCHED)
 def control_seed(seed: int, generation_index: int) -> int:
     """A 63-bit seed for the draw of generation batch `generation_index` of a run seeded `seed` (SHA-256 of both,
     so neighbouring seeds and batches give unrelated draws)."""
-    digest = hashlib.sha256(f"trl-ragen2/random_matched/{seed}/{generation_index}".encode()).digest()
+    name = "/".join(("trl-ragen2", RANDOM_MATCHED, str(seed), str(generation_index)))  # the draw's name
+    digest = hashlib.sha256(name.encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
