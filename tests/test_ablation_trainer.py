@@ -215,7 +215,7 @@ def test_reward_metrics_rank_the_groups(tmp_path, tiny_tokenizer, metric, traine
     calls = record_loss_rows(trainer)
     trainer.train()
     assert {p for call in calls for p in call} == {trained}
-    assert trainer._row_values == {}  # the reward metrics need no per-rollout values (no entropy pass)
+    assert trainer._row_values() == {}  # the reward metrics need no per-rollout values (no entropy pass)
 
 
 def test_length_metric_keeps_the_longest_group(tmp_path, tiny_tokenizer):
@@ -228,7 +228,7 @@ def test_length_metric_keeps_the_longest_group(tmp_path, tiny_tokenizer):
     calls = record_loss_rows(trainer)
     trainer.train()
     assert {p for call in calls for p in call} == {"P3:"}
-    grouped = trainer._row_values["row_lengths"].view(4, 4)
+    grouped = trainer._row_values()["row_lengths"].view(4, 4)
     assert sorted(grouped.mean(dim=1).tolist()) == [3.5, 4.5, 5.5, 6.5]  # groups in the sampler's order
 
 
@@ -258,7 +258,7 @@ def test_entropy_metric_uses_the_policys_token_entropies_of_the_pre_filter_batch
     trainer._filter_batch = filter_batch
     calls = record_loss_rows(trainer)
     trainer.train()
-    torch.testing.assert_close(trainer._row_values["row_entropies"], expected["rows"], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(trainer._row_values()["row_entropies"], expected["rows"], rtol=1e-4, atol=1e-5)
     group_means = expected["rows"].view(4, 4).mean(dim=1)  # (P,), the batch is in group order
     best = expected["prompts"][4 * int(group_means.argmax())].strip()
     assert {p for call in calls for p in call} == {best}

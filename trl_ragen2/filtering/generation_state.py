@@ -59,6 +59,8 @@ class ScoredGeneration:
     scoring_passes_done: bool = False
     scoring_rows_skipped: int = 0  # rows this process's scoring passes left out (early_keep False)
     rewards_per_func: torch.Tensor | None = None  # (N_global, F), the same on every process; NaN: not scored
+    # What a row ranking metric (`"length"`, `"entropy"`, ...) ranks by, gathered, (N_global,) each; set by the filter
+    row_values: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def scoring_keep(self) -> torch.Tensor | None:
         """The rows TRL's scoring passes score, while they run; `None` (every row) otherwise."""

@@ -29,6 +29,7 @@ The MI diagnostics (`trl_ragen2.collapse.diagnostics`) run on the pre-filter bat
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -37,8 +38,6 @@ from dataclasses import asdict, fields
 from typing import Any, NamedTuple
 
 import torch
-from transformers.trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict
 
@@ -70,20 +69,13 @@ from ..models.vllm_cpu import engine_options, use_cpu_weight_sync, vllm_platform
 from ..runs import keys
 from ..runs.checkpoints import (
     CheckpointError,
-    OutputDirInUseError,
-    RunLock,
     atomic_write_json,
-    check_resume_checkpoint,
     load_errors_named,
-    mark_complete,
-    previous_run_files,
     read_json_state,
-    remove_previous_run,
-    resolve_resume,
-    save_errors_named,
-    start_checkpoint,
 )
+from ..runs.run_folder import RunFolderMixin
 from .grpo_config import WITHIN_GROUP, SNRFilteredGRPOConfig
+from .model_card import training_details
 from .sample_log import SampleRecorder
 
 
@@ -128,7 +120,7 @@ RAGEN2_PAPER = {
 }
 
 
-class SNRFilteredGRPOTrainer(GRPOTrainer):
+class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
     """GRPO with RAGEN-2 SNR-aware filtering (arXiv 2604.06268).
 
     Before each policy update, prompt groups are scored by the variance of their rollouts' raw rewards (the weighted
@@ -180,12 +172,11 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         self.filter_state = FilterState()  # the filter's counters and auto switch, saved with every checkpoint
         self.keep_rate_control = args.keep_rate_control()  # rho schedule, warm-up and auto switch
         self._scored: ScoredGeneration | None = None  # the batch being made and scored (training or evaluation)
-        self._row_values: dict[str, torch.Tensor] = {}  # per-rollout values a row ranking metric needs (N_global,)
         self._filtered: FilteredGeneration | None = None  # what the filter kept of the last training batch
         self._micro_step: MicroStep | None = None  # the micro-step being trained (None: not filtering)
-        # `_compute_loss` asks the override of `_get_per_token_logps_and_entropies` for its forward's entropies
-        self._capture_loss_forward = False
-        self._loss_forward = None
+        # While `_compute_loss` runs TRL's loss: where the override of `_get_per_token_logps_and_entropies` puts the
+        # loss forward's outputs (`_capturing_loss_forward`); None otherwise.
+        self._loss_forward: list | None = None
         # Extra lines for the model card, e.g. {"Catalogue": "webshop-small-1k"}; recipes fill it.
         self.model_card_details: dict[str, str] = {}
         self.empty_step_guard = EmptyStepGuard(self)
@@ -318,7 +309,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         args = self.args
         return select_under(
             decision,
-            group_scores(args.reward_variance_metric, self.num_generations, rewards=rewards, **self._row_values),
+            group_scores(args.reward_variance_metric, self.num_generations, rewards=rewards, **self._row_values()),
             strategy=args.reward_variance_filtering,
             min_kept_fraction=args.reward_variance_min_kept_fraction,
             include_zero=args.reward_variance_include_zero,
@@ -330,6 +321,10 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             selection_eps_mode=args.reward_variance_selection_eps_mode,
             percentile_range=(args.reward_variance_percentile_low, args.reward_variance_percentile_high),
         )
+
+    def _row_values(self) -> dict[str, torch.Tensor]:
+        """The per-rollout values of the batch being filtered that a row ranking metric needs (`{}` otherwise)."""
+        return self._scored.row_values if self._scored is not None else {}
 
     def _ranking_row_values(self, batch: dict) -> dict[str, torch.Tensor]:
         """The per-rollout values a row metric ranks by, gathered over processes: `row_lengths` (`"length"`) or
@@ -386,7 +381,7 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         """Drop the rows of the groups the filter does not keep, and record what it kept (`FilteredGeneration`)."""
         rewards = self._raw_rewards()  # (N_global,)
         decision = self._filter_decision(rewards)
-        self._row_values = self._ranking_row_values(batch)
+        self._scored.row_values = self._ranking_row_values(batch)
         keep_groups, keep_rows, guard_added, rule_kept_groups = self._keep_rows(rewards, decision)  # (P,), (N_global,)
         local_rows = num_rows(batch)
         start = self.accelerator.process_index * local_rows
@@ -608,9 +603,18 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
             self._scored.scoring_rows_skipped += int((~keep).sum())
             return logps, None, None
         result = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **kwargs)
-        if self._capture_loss_forward:
-            self._loss_forward = result  # (logps (B, T), entropies (B, T) or None, aux loss or None)
+        if self._loss_forward is not None:
+            self._loss_forward.append(result)  # (logps (B, T), entropies (B, T) or None, aux loss or None)
         return result
+
+    @contextlib.contextmanager
+    def _capturing_loss_forward(self):
+        """Within the block, the outputs of the forwards TRL's loss runs are appended to the list it yields."""
+        self._loss_forward = captured = []
+        try:
+            yield captured
+        finally:
+            self._loss_forward = None
 
     def _compute_loss(self, model, inputs):
         step = self._micro_step if self.model.training else None
@@ -621,13 +625,9 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
 
         entropy_coef = self._entropy_coef_in_force()  # read before TRL's adaptive controller updates it
         lengths = {key: len(values) for key, values in self._metrics["train"].items()}
-        self._capture_loss_forward = True
-        try:
+        with self._capturing_loss_forward() as forwards:
             loss = super()._compute_loss(model, inputs)
-        finally:
-            self._capture_loss_forward = False
-        _, entropies, aux_loss = self._loss_forward
-        self._loss_forward = None
+        _, entropies, aux_loss = forwards[-1]
 
         mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
         accumulation = self.current_gradient_accumulation_steps
@@ -686,107 +686,17 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
                 del metrics[key]
 
     # -----------------------------------------------------------------------------------------------------------
-    # Checkpoints and model card
+    # The trainer's checkpoint state (the run folder's lifecycle is `trl_ragen2.runs.run_folder`) and model card
 
-    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
-        """transformers' `train`, with one run per output_dir and resumes that are exact or refused.
-
-        While it trains, the run holds the output_dir's lock (`trl_ragen2.runs.checkpoints.RunLock`); a second run
-        there is refused. A run that does not resume refuses a folder holding an earlier run's checkpoints or logs
-        unless `overwrite_output_dir=True`. `resume_from_checkpoint=True`, `"true"` or `"latest"` is the latest
-        complete checkpoint; any checkpoint resumed from must hold every state file this run uses
-        ([`resume_state_files`]), unless `resume_allow_missing_state=True`.
-        """
-        lock = self._claim_output_dir(resume_from_checkpoint)
-        try:
-            resume = resolve_resume(resume_from_checkpoint, self.args.output_dir)
-            if resume not in (None, False):
-                check_resume_checkpoint(resume, self.resume_state_files(), self.args.resume_allow_missing_state)
-            return super().train(
-                resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
-            )
-        finally:
-            lock.release()
-
-    def _claim_output_dir(self, resume_from_checkpoint) -> RunLock:
-        """Take the output_dir's lock on the main process, and refuse (or clear, with `overwrite_output_dir`) an
-        earlier run's files when not resuming; the outcome is shared, so every process stops together."""
-        lock = RunLock(self.args.output_dir)
-        error = None
-        if self.args.should_save:
-            try:
-                lock.acquire()
-                previous = previous_run_files(self.args.output_dir)
-                if previous and resume_from_checkpoint in (None, False):
-                    if self.args.overwrite_output_dir:
-                        remove_previous_run(self.args.output_dir)
-                    else:
-                        raise OutputDirInUseError(
-                            f"{self.args.output_dir} holds an earlier run ({', '.join(previous)}); pass "
-                            "resume_from_checkpoint=True (--resume_from_checkpoint latest) to continue it, set "
-                            "overwrite_output_dir=True to remove its checkpoints and logs and start over, or use "
-                            "another output_dir"
-                        )
-            except OutputDirInUseError as raised:
-                error = str(raised)
-                lock.release()
-        if self.accelerator.num_processes > 1:
-            from accelerate.utils import broadcast_object_list
-
-            error = broadcast_object_list([error])[0]
-        if error is not None:
-            raise OutputDirInUseError(error)
-        return lock
-
-    def resume_state_files(self) -> list[str]:
-        """The files (relative to a checkpoint) a resume of this run needs: transformers' trainer state, optimizer,
-        scheduler, scaler and RNG state, TRL's entropy controller, the filter and MI state."""
-        files = [TRAINER_STATE_NAME, FILTER_STATE_FILE]
+    def ragen2_state_files(self) -> list[str]:
+        """The trainer's own state files of a checkpoint (`trl_ragen2.runs.run_folder`): the filter counters, the MI
+        state when the diagnostics run, and TRL's adaptive entropy controller when it runs."""
+        files = [FILTER_STATE_FILE]
         if self.mi_diagnostics is not None:
             files.append(MI_STATE_FILE)
         if self.use_adaptive_entropy:
             files.append(ENTROPY_STATE_FILE)
-        if not self.args.save_only_model:
-            if not (self.is_deepspeed_enabled or self.is_fsdp_enabled):  # those keep their own optimizer folders
-                files += [OPTIMIZER_NAME, SCHEDULER_NAME]
-            if getattr(self.accelerator, "scaler", None) is not None:
-                files.append(SCALER_NAME)
-            args = self.args
-            files.append("rng_state.pth" if args.world_size <= 1 else f"rng_state_{args.process_index}.pth")
         return files
-
-    def _save_checkpoint(self, model, trial):
-        """TRL's checkpoint, then the RAGEN-2 state, then the completeness marker; only then the rotation.
-
-        transformers deletes old checkpoints (`save_total_limit`) at the end of its own save, before the RAGEN-2
-        state is written; the rotation is held back until this checkpoint is complete, so the last complete one is
-        never deleted first.
-        """
-        checkpoint_dir = os.path.join(
-            self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        )
-        if self.args.should_save:
-            start_checkpoint(checkpoint_dir)
-        self.accelerator.wait_for_everyone()
-        limit = self.args.save_total_limit
-        self.args.save_total_limit = None
-        try:
-            with save_errors_named(checkpoint_dir):
-                super()._save_checkpoint(model, trial)
-                if self.args.should_save:
-                    self.save_ragen2_state(checkpoint_dir)
-        finally:
-            self.args.save_total_limit = limit
-        self.accelerator.wait_for_everyone()  # every process's files are written
-        if self.args.should_save:
-            with save_errors_named(checkpoint_dir):
-                mark_complete(checkpoint_dir, self.state.global_step)
-            rotate_checkpoints(
-                self._get_output_dir(trial=trial),
-                save_total_limit=limit,
-                best_model_checkpoint=self.state.best_model_checkpoint,
-                use_mtime=True,
-            )
 
     def save_ragen2_state(self, checkpoint_dir: str) -> None:
         """Write the trainer's RAGEN-2 state (filter counters and auto switch, MI EMA) into a checkpoint folder, each
@@ -795,25 +705,11 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
         if self.mi_diagnostics is not None:
             self.mi_diagnostics.save(checkpoint_dir)
 
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        with load_errors_named(resume_from_checkpoint, "the model weights"):
-            super()._load_from_checkpoint(resume_from_checkpoint, model)
-
-    def _load_rng_state(self, checkpoint):
-        with load_errors_named(checkpoint, "the RNG state"):
-            super()._load_rng_state(checkpoint)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        with load_errors_named(checkpoint, "the optimizer and scheduler"):
-            super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            self.load_ragen2_state(checkpoint)
-
     def load_ragen2_state(self, checkpoint_dir: str) -> None:
         """Restore the state [`save_ragen2_state`] wrote. A missing file is an error naming it, or a warning with
         `resume_allow_missing_state=True`; a damaged one is an error naming it."""
         path = os.path.join(checkpoint_dir, FILTER_STATE_FILE)
-        if self._resume_file_present(path):
+        if self.resume_file_present(path):
             state = read_json_state(path, checkpoint_dir)
             unknown = sorted(set(state) - {f.name for f in fields(FilterState)}) if isinstance(state, dict) else None
             if unknown or not isinstance(state, dict):
@@ -822,63 +718,16 @@ class SNRFilteredGRPOTrainer(GRPOTrainer):
                     "with the trl-ragen2 version that wrote it, or from another checkpoint"
                 )
             self.filter_state = FilterState(**state)
-        if self.mi_diagnostics is not None and self._resume_file_present(os.path.join(checkpoint_dir, MI_STATE_FILE)):
+        if self.mi_diagnostics is not None and self.resume_file_present(os.path.join(checkpoint_dir, MI_STATE_FILE)):
             with load_errors_named(checkpoint_dir, MI_STATE_FILE):
                 self.mi_diagnostics.load(checkpoint_dir)
 
-    def _resume_file_present(self, path: str) -> bool:
-        if os.path.exists(path):
-            return True
-        if not self.args.resume_allow_missing_state:
-            raise CheckpointError(
-                f"cannot resume exactly: {path} is missing; resume from another checkpoint, or set "
-                "resume_allow_missing_state=True to start that state from scratch"
-            )
-        logger.warning("resume_allow_missing_state=True: %s is missing; that state starts from scratch", path)
-        return False
-
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
-        """TRL's card plus a "RAGEN-2 training details" section (filter settings and counts,
-        `model_card_details`), appended on the main process."""
+        """TRL's card plus a "RAGEN-2 training details" section (`trl_ragen2.grpo.model_card`), appended on the main
+        process."""
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
             return
-        args = self.args
-        lines = ["", "## RAGEN-2 training details", ""]
-        if args.reward_variance_filtering is None:
-            lines.append("- SNR-aware filtering: off")
-        else:
-            lines.append(
-                f"- SNR-aware filtering: `{args.reward_variance_filtering}` on the within-prompt reward "
-                f"`{args.reward_variance_metric}` (top_p={args.reward_variance_top_p}, "
-                f"mode={args.reward_variance_top_p_mode}, include_zero={args.reward_variance_include_zero}, "
-                f"selection_eps={args.reward_variance_selection_eps} {args.reward_variance_selection_eps_mode})"
-            )
-            if args.reward_variance_top_p_schedule != "constant" or args.reward_variance_warmup_steps:
-                lines.append(
-                    f"- Keep rate: {args.reward_variance_top_p_schedule} from {args.reward_variance_top_p} to "
-                    f"{args.reward_variance_top_p_end} over {args.reward_variance_schedule_steps} steps, after "
-                    f"{args.reward_variance_warmup_steps} warm-up steps without filtering"
-                )
-            if args.reward_variance_filtering == AUTO:
-                lines.append(
-                    f"- Auto switch on the Std/Mean of the group reward std: on at {args.reward_variance_auto_on_above}"
-                    f", off below {args.reward_variance_auto_off_below} (smoothing "
-                    f"{args.reward_variance_auto_smoothing}); on at the end: {self.filter_state.auto_on}"
-                )
-            if args.reward_variance_filtering == "percentile_range":
-                lines.append(
-                    f"- Rank band: [{args.reward_variance_percentile_low}, {args.reward_variance_percentile_high}) "
-                    "of the ranked groups (Table 6)"
-                )
-            if args.reward_variance_filtering == WITHIN_GROUP:
-                lines.append(
-                    f"- Within-group: {args.reward_variance_within_group_ratio} of each group's rollouts, those whose "
-                    "rewards vary most (Table 7)"
-                )
-            if args.reward_variance_min_kept_fraction:
-                lines.append(f"- Exploration guard: at least {args.reward_variance_min_kept_fraction} of the groups")
-            lines.append(f"- Filter steps: {self.filter_state.filtered_steps}, empty: {self.filter_state.empty_steps}")
-        lines += [f"- {key}: {value}" for key, value in self.model_card_details.items()]
-        with open(os.path.join(args.output_dir, "README.md"), "a") as f:
-            f.write("\n".join(lines) + "\n")
+        section = training_details(self.args, self.filter_state, self.model_card_details)
+        with open(os.path.join(self.args.output_dir, "README.md"), "a") as f:
+            f.write(section)

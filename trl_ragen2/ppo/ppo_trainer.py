@@ -512,17 +512,17 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         naming it (a warning with `resume_allow_missing_state=True`, and that part starts fresh)."""
         super().load_ragen2_state(checkpoint_dir)
         critic_dir = os.path.join(checkpoint_dir, CRITIC_DIR)
-        if not self._resume_file_present(critic_dir):
+        if not self.resume_file_present(critic_dir):
             return
         with load_errors_named(checkpoint_dir, "the critic's weights"):
             load_value_model_weights(self.unwrapped_critic, critic_dir)
         optimizer_path = os.path.join(critic_dir, CRITIC_OPTIMIZER_FILE)
-        if self._resume_file_present(optimizer_path):
+        if self.resume_file_present(optimizer_path):
             with load_errors_named(checkpoint_dir, "the critic's optimizer"):
                 state = torch.load(optimizer_path, map_location=self.accelerator.device)
             self.critic_optimizer.load_state_dict(state)
         scheduler_path = os.path.join(critic_dir, CRITIC_SCHEDULER_FILE)
-        if self.critic_lr_scheduler is not None and self._resume_file_present(scheduler_path):
+        if self.critic_lr_scheduler is not None and self.resume_file_present(scheduler_path):
             with load_errors_named(checkpoint_dir, "the critic's scheduler"):
                 state = torch.load(scheduler_path)
             self.critic_lr_scheduler.load_state_dict(state)
