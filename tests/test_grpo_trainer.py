@@ -192,6 +192,25 @@ def test_mi_diagnostics_run_on_the_pre_filter_batch_and_resume(tmp_path, tiny_to
     assert resumed.mi_diagnostics.next_step == saved["next_step"] == 3
 
 
+def test_mi_arguments_are_written_as_the_diagnostics_config_defines_them():
+    """The `mi_*` fields are plain dataclass fields (readable, typed); they stay equal to MIDiagnosticsConfig's."""
+    import typing
+
+    config_types = typing.get_type_hints(MIDiagnosticsConfig)
+    argument_types = typing.get_type_hints(MIDiagnosticsArguments)
+    arguments = {f.name: f for f in dataclasses.fields(MIDiagnosticsArguments)}
+    for config_field in dataclasses.fields(MIDiagnosticsConfig):
+        if config_field.name not in MI_CONFIG_FIELDS:
+            continue
+        argument = arguments[MI_CONFIG_FIELDS[config_field.name]]
+        assert argument.metadata["help"] == config_field.metadata["help"], argument.name
+        expected = config_types[config_field.name]
+        if typing.get_origin(expected) is tuple:  # a tuple setting is a list on the command line
+            expected = list[typing.get_args(expected)[0]]
+        assert argument_types[argument.name] == expected, argument.name
+        assert f"        {argument.name} (" in MIDiagnosticsArguments.__doc__, argument.name
+
+
 def test_mi_config_errors_name_the_trainer_field(tmp_path):
     # every MIDiagnosticsConfig setting but ks and seed comes from one mi_* field, whose name its errors carry
     assert set(MI_CONFIG_FIELDS) == {f.name for f in dataclasses.fields(MIDiagnosticsConfig)} - {"ks", "seed"}

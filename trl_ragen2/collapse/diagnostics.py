@@ -112,7 +112,9 @@ class MIDiagnosticsConfig:
     every_n_steps: int = field(default=5, metadata={"help": "Run at step 1, then every N steps (RAGEN: 5)."})
     num_samples: int = field(default=64, metadata={"help": "Pairs sampled per scope (RAGEN: 64)."})
     scopes: tuple[str, ...] = field(default=MI_SCOPES, metadata={"help": "Scopes: first_turn and/or trajectory."})
-    engine: str = field(default="auto", metadata={"help": "'transformers', 'vllm' or 'auto'."})
+    engine: str = field(
+        default="auto", metadata={"help": "'transformers', 'vllm' or 'auto' (with vLLM: the faster per scope)."}
+    )
     max_tokens_per_chunk: int = field(default=16384, metadata={"help": "Token budget of one scoring forward."})
     pack_tokens: int | None = field(
         default=DEFAULT_PACK_TOKENS,

@@ -7,16 +7,13 @@ and the fix.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
-import typing
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ..collapse.diagnostics import MIDiagnosticsConfig
 from ..collapse.grad_report import check_report_settings
+from ..collapse.mi_arguments import MI_CONFIG_FIELDS, MIDiagnosticsArguments  # noqa: F401 - MI_CONFIG_FIELDS re-exported
 from ..filtering.controls import CONTROLS
 from ..filtering.group_metrics import RANKING_METRICS
 from ..filtering.keep_rate import AUTO, AUTO_OFF_BELOW, AUTO_ON_ABOVE, AUTO_SMOOTHING, SCHEDULES, KeepRateControl
@@ -438,92 +435,6 @@ class SNRFilterArguments:
             auto_off_below=self.reward_variance_auto_off_below,
             auto_smoothing=self.reward_variance_auto_smoothing,
         )
-
-
-# MIDiagnosticsConfig fields a trainer config does not carry: the Recall@k cut-offs stay at their default, and the
-# pair sampling is seeded with the run's `seed`.
-MI_CONFIG_ONLY = ("ks", "seed")
-
-
-def _mi_field_name(name: str) -> str:
-    """The trainer-config field that sets `MIDiagnosticsConfig.<name>`."""
-    return "mi_diagnostics" if name == "enabled" else f"mi_{name}"
-
-
-# MIDiagnosticsConfig field -> the MIDiagnosticsArguments field that sets it
-MI_CONFIG_FIELDS = {
-    f.name: _mi_field_name(f.name) for f in dataclasses.fields(MIDiagnosticsConfig) if f.name not in MI_CONFIG_ONLY
-}
-
-
-def _mi_arguments_fields() -> list[tuple[str, type, dataclasses.Field]]:
-    """`(name, type, field)` of each `mi_*` field: `MIDiagnosticsConfig`'s type, default and help text.
-
-    A tuple field becomes a list (what `TrlParser` reads from several command-line values or a YAML list), with a
-    copy of the tuple as its default.
-    """
-    types = typing.get_type_hints(MIDiagnosticsConfig)
-    made = []
-    for config_field in dataclasses.fields(MIDiagnosticsConfig):
-        if config_field.name not in MI_CONFIG_FIELDS:
-            continue
-        kind, metadata = types[config_field.name], dict(config_field.metadata)
-        if typing.get_origin(kind) is tuple:
-            kind = list[typing.get_args(kind)[0]]
-            spec = field(default_factory=functools.partial(list, config_field.default), metadata=metadata)
-        else:
-            spec = field(default=config_field.default, metadata=metadata)
-        made.append((MI_CONFIG_FIELDS[config_field.name], kind, spec))
-    return made
-
-
-def _literal(value) -> str:
-    """A default as the docstrings write it: `"auto"`, `["first_turn", "trajectory"]`, `None`, `5`."""
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, list):
-        return "[" + ", ".join(_literal(item) for item in value) + "]"
-    return repr(value)
-
-
-def _mi_arguments_doc(fields: list[tuple[str, type, dataclasses.Field]]) -> str:
-    """The `Parameters:` entries of the `mi_*` fields, from their types, defaults and help texts."""
-    lines = []
-    for name, kind, spec in fields:
-        default = spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
-        shown = kind.__name__ if isinstance(kind, type) and not typing.get_args(kind) else str(kind)
-        lines += [f"        {name} (`{shown}`, *optional*, defaults to `{_literal(default)}`):"]
-        lines += [f"            {spec.metadata['help']}"]
-    return "\n".join(lines)
-
-
-def mi_diagnostics_config(self) -> MIDiagnosticsConfig:
-    """The [`~trl_ragen2.collapse.diagnostics.MIDiagnosticsConfig`] these fields describe (validated there; its
-    errors name these fields)."""
-    values = {name: getattr(self, field_name) for name, field_name in MI_CONFIG_FIELDS.items()}
-    return MIDiagnosticsConfig(**values, seed=getattr(self, "seed", 0), field_names=MI_CONFIG_FIELDS)
-
-
-_MI_FIELDS = _mi_arguments_fields()
-MIDiagnosticsArguments = dataclasses.make_dataclass(
-    "MIDiagnosticsArguments",
-    _MI_FIELDS,
-    namespace={"mi_diagnostics_config": mi_diagnostics_config, "__module__": __name__},
-)
-MIDiagnosticsArguments.__doc__ = f"""
-    RAGEN-2 mutual-information collapse diagnostics (arXiv 2604.06268, §2.3, Table 1), run on the pre-filter batch.
-
-    Every reasoning chain of a sample of the batch is scored under every prompt of the batch; from the log-probability
-    matrix come Retrieval-Acc, Recall@k, MI-Est, MI-Seq-Est, MI-ZScore and MI-ZScore-EMA beside H(Z|X), logged for
-    each scope (`first_turn`, `trajectory`; the keys of `trl_ragen2.runs.keys.mi_key`).
-
-    The fields are made from [`~trl_ragen2.collapse.diagnostics.MIDiagnosticsConfig`], the one definition of these
-    settings, whose docstring describes each: `mi_<name>` sets its field `<name>` (and `mi_diagnostics` sets
-    `enabled`), with the same default and help text. `ks` stays at its default and `seed` is the run's `seed`.
-
-    Parameters:
-{_mi_arguments_doc(_MI_FIELDS)}
-    """
 
 
 @dataclass
