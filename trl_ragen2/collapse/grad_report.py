@@ -24,6 +24,7 @@ parameters (the gradient being summed). Sharded parameters (DeepSpeed ZeRO-3, FS
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import torch
 
@@ -170,3 +171,25 @@ class GradientReport:
         if trainer.accelerator.num_processes > 1:
             total = [trainer.accelerator.reduce(acc, reduction="sum") for acc in total]
         return total
+
+
+@dataclass
+class GradientReportArguments:
+    r"""
+    The gradient SNR report (RAGEN-2's Figure 3): per reward-variance bucket of prompt groups, the gradient norms of
+    the task, KL and entropy terms, from separate backward passes without an optimizer step (see
+    `trl_ragen2.collapse.grad_report`). Off by default: each report costs about 2-3 optimizer steps of compute.
+
+    Parameters:
+        grad_report_every_n_steps (`int`, *optional*, defaults to `0`):
+            Report at step 1 and then every this many optimizer steps; `0` turns the report off (RAGEN: 50).
+        grad_report_num_buckets (`int`, *optional*, defaults to `6`):
+            Reward-variance quantile buckets (RAGEN: 6); fewer when the batch has fewer prompt groups.
+    """
+
+    grad_report_every_n_steps: int = field(
+        default=0, metadata={"help": "Gradient SNR report every N optimizer steps (0: off; RAGEN: 50)."}
+    )
+    grad_report_num_buckets: int = field(
+        default=6, metadata={"help": "Reward-variance quantile buckets of the gradient report (RAGEN: 6)."}
+    )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass, field
 
 from transformers.trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
@@ -35,9 +36,64 @@ from .checkpoints import (
     save_errors_named,
     start_checkpoint,
 )
+from .samples import SampleLogSettings
 
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunFolderArguments:
+    r"""
+    One run per output_dir, and resumes that are exact or refused (`trl_ragen2.runs.checkpoints`); the sample log
+    written into it (`trl_ragen2.runs.samples`).
+
+    Parameters:
+        overwrite_output_dir (`bool`, *optional*, defaults to `False`):
+            A run that does not resume refuses an output_dir holding an earlier run's checkpoints or logs
+            (`checkpoint-*`, `trainer_state.json`, `metrics.jsonl`); with `True` it removes them and starts over.
+        resume_allow_missing_state (`bool`, *optional*, defaults to `False`):
+            A resume from a checkpoint that is incomplete, or lacks state this run uses (optimizer, scheduler, RNG,
+            filter, MI or critic state), is an error naming the file; with `True` it resumes with a warning, and
+            what is missing starts from scratch (the run is then not the uninterrupted one).
+        sample_log_groups (`int`, *optional*, defaults to `4`):
+            The sample log (`<output_dir>/samples.jsonl`, read by `trl-ragen2 view`): at most this many prompt groups
+            per logged step, with their prompt, every rollout's turns, rewards, variance and whether the filter kept
+            them, plus the cross-scoring matrix of each MI-diagnosed step. `0` turns it off (the MI matrices too).
+        sample_log_every_n_steps (`int`, *optional*, defaults to `5`):
+            Log the groups at step 1 and every this many optimizer steps (the MI diagnostics' own schedule by
+            default, so their steps have both).
+        sample_log_text_limit (`int`, *optional*, defaults to `4000`):
+            Each logged text is cut to this many characters (prompts and contexts keep their end).
+    """
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Remove an earlier run's checkpoints and logs from output_dir and start over."},
+    )
+    resume_allow_missing_state: bool = field(
+        default=False,
+        metadata={"help": "Resume from a checkpoint lacking some state (it starts from scratch) instead of failing."},
+    )
+    sample_log_groups: int = field(
+        default=SampleLogSettings.groups,
+        metadata={"help": "Prompt groups per logged step in samples.jsonl (0: no sample log)."},
+    )
+    sample_log_every_n_steps: int = field(
+        default=SampleLogSettings.every_n_steps,
+        metadata={"help": "Log sample groups at step 1 and every N optimizer steps."},
+    )
+    sample_log_text_limit: int = field(
+        default=SampleLogSettings.text_limit,
+        metadata={"help": "Characters kept of each text in the sample log."},
+    )
+
+    def sample_log_settings(self) -> SampleLogSettings:
+        """The sample log's bounds (`trl_ragen2.runs.samples.SampleLogSettings`); raises naming a bad field."""
+        try:
+            return SampleLogSettings(self.sample_log_groups, self.sample_log_every_n_steps, self.sample_log_text_limit)
+        except ValueError as error:
+            raise ValueError(str(error).replace("sample log ", "sample_log_")) from None
 
 
 class RunFolderMixin:
