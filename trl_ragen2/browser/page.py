@@ -73,6 +73,24 @@ function fmt(v) {
   if (!isFinite(v)) return String(v);
   return Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(3) : String(+v.toFixed(4));
 }
+// Axis ticks at round values: a step of 1, 2, 2.5 or 5 times a power of ten, about `count` ticks over [lo, hi],
+// the axis widened to the outer ticks; labels with the decimals the step needs.
+function niceTicks(lo, hi, count) {
+  const raw = (hi - lo) / Math.max(count - 1, 1), power = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 2.5, 5, 10].map(m => m * power).find(c => c >= raw * (1 - 1e-9));
+  const first = Math.floor(lo / step + 1e-9) * step, last = Math.ceil(hi / step - 1e-9) * step;
+  const ticks = [];
+  for (let t = first; t <= last + step * 1e-6; t += step) ticks.push(Math.abs(t) < step * 1e-9 ? 0 : t);
+  const decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9) + (step / power === 2.5 ? 1 : 0));
+  const extra = step / power === 2.5 ? 1 : 0;  // 2.5 x 10^k needs one more digit than its power
+  const label = v => {
+    if (v === 0) return "0";
+    if (Math.abs(v) < 1e5 && step >= 1e-3) return v.toFixed(decimals);
+    const digits = Math.floor(Math.log10(Math.abs(v)) + 1e-9) - Math.floor(Math.log10(step) + 1e-9) + extra;
+    return v.toExponential(Math.min(Math.max(0, digits), 6));
+  };
+  return {ticks, lo: first, hi: last, label};
+}
 function text(v) { return v === null || v === undefined ? "" : String(v); }
 function arr(v) { return Array.isArray(v) ? v : []; }
 function score(v) { return typeof v === "number" ? v : -Infinity; }
@@ -91,14 +109,16 @@ function chart(series, alarms, opts) {
   if (opts && opts.vlines) for (const v of opts.vlines) { x0 = Math.min(x0, v); x1 = Math.max(x1, v); }
   if (x1 === x0) { x0 -= 1; x1 += 1; }
   if (y1 === y0) { y0 -= 1; y1 += 1; }
+  const yt = niceTicks(y0, y1, 5), xt = niceTicks(x0, x1, 6);
+  y0 = yt.lo; y1 = yt.hi; x0 = xt.lo; x1 = xt.hi;
   const sx = x => L + (x - x0) / (x1 - x0) * (W - L - R), sy = y => H - B - (y - y0) / (y1 - y0) * (H - Tp - B);
   const root = svg("svg", {width: W, height: H, viewBox: `0 0 ${W} ${H}`});
   root.appendChild(svg("rect", {x: L, y: Tp, width: W - L - R, height: H - Tp - B, fill: "#fff", stroke: "#bbb"}));
-  for (let i = 0; i <= 4; i++) {
-    const y = y0 + (y1 - y0) * i / 4, x = x0 + (x1 - x0) * i / 4;
-    const ty = svg("text", {x: 2, y: sy(y) + 3}); ty.textContent = fmt(y); root.appendChild(ty);
-    const tx = svg("text", {x: sx(x) - 10, y: H - 8});
-    tx.textContent = x1 - x0 < 20 ? fmt(x) : String(Math.round(x)); root.appendChild(tx);
+  for (const y of yt.ticks) {
+    const ty = svg("text", {x: 2, y: sy(y) + 3}); ty.textContent = yt.label(y); root.appendChild(ty);
+  }
+  for (const x of xt.ticks) {
+    const tx = svg("text", {x: sx(x) - 10, y: H - 8}); tx.textContent = xt.label(x); root.appendChild(tx);
   }
   for (const a of alarms || []) {
     if (a < x0 || a > x1) continue;
