@@ -76,3 +76,32 @@ def kept_row_advantages(
             f"multi_objective_aggregation must be 'sum_then_normalize' or 'normalize_then_sum', got {aggregation!r}"
         )
     return torch.nan_to_num(advantages, nan=0.0)
+
+
+def used_advantages(
+    keep_rows: torch.Tensor,
+    logged: torch.Tensor,
+    rewards_per_func: torch.Tensor,
+    reward_weights: torch.Tensor,
+    num_generations: int,
+    *,
+    recompute: bool,
+    scale_rewards: str,
+    aggregation: str,
+) -> torch.Tensor:
+    """The advantage the loss uses for each row of the generation batch, `(N_global,)` float32; NaN on dropped rows.
+
+    TRL's group advantages (`logged`, `(N_global,)`, as TRL computed them) stay valid for whole kept groups. With
+    `recompute` (options TRL defines over the batch: `scale_rewards="batch"`, `normalize_then_sum`; or groups that
+    keep only some rollouts) they are recomputed over the kept rows alone from `rewards_per_func` `(N_global, F)`.
+    """
+    if not recompute:
+        return logged.masked_fill(~keep_rows.cpu(), float("nan"))
+    used = torch.full((keep_rows.numel(),), float("nan"))
+    if keep_rows.any():
+        kept = rewards_per_func[keep_rows.to(rewards_per_func.device)]  # (N_kept, F), in group order
+        per_group = keep_rows.view(-1, num_generations).sum(dim=1)  # (P,): G, or k for "within_group"
+        used[keep_rows.cpu()] = kept_row_advantages(
+            kept.cpu(), reward_weights.cpu(), int(per_group[per_group > 0][0]), scale_rewards, aggregation
+        ).float()
+    return used

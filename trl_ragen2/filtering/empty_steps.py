@@ -32,6 +32,14 @@ class FilterState:
     auto_signal: float | None = None  # reward_variance_filtering="auto": the smoothed Std/Mean, None before any
     auto_on: bool = True  # the auto switch; it starts on, as the paper filters from the first step
 
+    def record(self, empty: bool, decision) -> None:
+        """Count one filtered generation batch, and keep the auto switch's new state (a `FilterDecision`)."""
+        if decision.auto_on is not None:
+            self.auto_signal, self.auto_on = decision.auto_signal, decision.auto_on
+        self.filtered_steps += 1
+        self.empty_steps += int(empty)
+        self.consecutive_empty_steps = self.consecutive_empty_steps + 1 if empty else 0
+
 
 class EmptyStepGuard(TrainerCallback):
     """Makes an optimizer step without a kept row a true no-op, and stops training after too many empty steps.

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from .keep_rate import AUTO
 from .selection import ZERO_SCORE_TOL, group_reward_scores, linear_threshold
 
 
@@ -245,4 +246,28 @@ def empty_patience_message(consecutive: int, step: int, cause: EmptyStepCause | 
     return (
         f"SNR filter kept no prompt group for {consecutive} consecutive steps: {cause.text}. Training stops at step "
         f"{step}. {cause.fix}, or set reward_variance_empty_patience=0 to never stop."
+    )
+
+
+def filter_empty_cause(args, rewards: torch.Tensor, num_generations: int, decision) -> EmptyStepCause:
+    """Why a generation's selection kept no group, for the message that stops training: from the trainer config's
+    `reward_variance_*` fields, the batch's raw rewards `(N_global,)` and the keep-rate decision in force."""
+    if args.reward_variance_metric not in ("variance", "std"):
+        return EmptyStepCause(
+            "selection",
+            f"no group's {args.reward_variance_metric} score was selected by "
+            f"reward_variance_filtering={args.reward_variance_filtering!r} (zero scores are candidates only "
+            f"with reward_variance_include_zero=True; it is {args.reward_variance_include_zero})",
+            "Check the reward_variance_* settings against the selection rules in docs/filtering.md",
+        )
+    return empty_step_cause(
+        rewards,
+        num_generations,
+        metric=args.reward_variance_metric,
+        top_p=decision.top_p if args.reward_variance_filtering in ("top_p", AUTO) else None,
+        top_p_mode=args.reward_variance_top_p_mode,
+        selection_eps=args.reward_variance_selection_eps,
+        selection_eps_mode=args.reward_variance_selection_eps_mode,
+        include_zero=args.reward_variance_include_zero,
+        largest=args.reward_variance_largest,
     )

@@ -45,8 +45,7 @@ from ..collapse.diagnostics import STATE_FILE as MI_STATE_FILE
 from ..collapse.diagnostics import MIDiagnostics, _is_sharded
 from ..collapse.grad_report import GradientReport, check_report_settings
 from ..filtering import micro_steps
-from ..filtering.ablations import select_within_group
-from ..filtering.advantages import batch_dependent, kept_row_advantages
+from ..filtering.advantages import batch_dependent, used_advantages
 from ..filtering.batch_utils import (
     MULTIMODAL_KEYS,
     loss_token_count,
@@ -57,14 +56,14 @@ from ..filtering.batch_utils import (
     trim_completion_padding,
     zero_loss_rows,
 )
-from ..filtering.controls import apply_control
 from ..filtering.empty_steps import FILTER_STATE_FILE, EmptyStepGuard, FilterState
 from ..filtering.generation_state import FilteredGeneration, ScoredGeneration, weighted_rewards
-from ..filtering.group_metrics import ENTROPY_METRICS, ROW_METRICS, group_scores, row_mean_entropy
-from ..filtering.keep_rate import AUTO, FilterDecision, GuardedSelection, select_under
+from ..filtering.group_metrics import ENTROPY_METRICS, ROW_METRICS, row_mean_entropy
+from ..filtering.keep_rate import FilterDecision, GuardedSelection
 from ..filtering.micro_steps import MicroStep
-from ..filtering.reward_checks import EmptyStepCause, check_finite_rewards, empty_step_cause, reward_function_error
-from ..filtering.selection import filter_stats, std_over_mean
+from ..filtering.reward_checks import check_finite_rewards, filter_empty_cause, reward_function_error
+from ..filtering.rule import FilterRule, KeptRows
+from ..filtering.step_metrics import filter_step_metrics
 from ..models.vllm_cpu import engine_options, use_cpu_weight_sync, vllm_platform_is_cpu
 from ..runs import keys
 from ..runs.checkpoints import (
@@ -95,15 +94,6 @@ class TRLGeneration(NamedTuple):
     extra_fields: dict | None  # the rollout_func's extra per-row fields
     images: Any
     tool_images: Any
-
-
-class KeptRows(NamedTuple):
-    """One filtering decision over the generation batch."""
-
-    keep_groups: torch.Tensor  # (P,) bool: the groups trained on
-    keep_rows: torch.Tensor  # (N_global,) bool: the rollouts trained on
-    guard_added: int  # groups the exploration guard added to the rule's choice
-    rule_kept_groups: int  # groups the rule kept (a control arm trains on others)
 
 
 RAGEN2_PAPER = {
@@ -138,18 +128,7 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
 
     Metrics are logged under `ragen2/filter/...`.
 
-    Example:
-
-    ```python
-    from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
-
-    args = SNRFilteredGRPOConfig(output_dir="out", num_generations=8, reward_variance_top_p=0.9)
-    trainer = SNRFilteredGRPOTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=my_reward, args=args,
-                                     train_dataset=dataset)
-    trainer.train()
-    ```
-
-    Args are those of [`~trl.GRPOTrainer`]; `args` is an [`SNRFilteredGRPOConfig`].
+    Args are those of [`~trl.GRPOTrainer`]; `args` is an [`SNRFilteredGRPOConfig`] (the README shows a run).
     """
 
     _tag_names = ["trl", "grpo", "ragen2", "snr-filtering"]
@@ -170,15 +149,12 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
         if self.use_vllm and vllm_platform_is_cpu():
             use_cpu_weight_sync(self.vllm_generation)  # TRL's load_weights cannot reach CPU-packed layers
         self.filter_state = FilterState()  # the filter's counters and auto switch, saved with every checkpoint
-        self.keep_rate_control = args.keep_rate_control()  # rho schedule, warm-up and auto switch
+        self.filter_rule = FilterRule(args, self.num_generations)  # what the filter keeps of a batch
         self._scored: ScoredGeneration | None = None  # the batch being made and scored (training or evaluation)
         self._filtered: FilteredGeneration | None = None  # what the filter kept of the last training batch
         self._micro_step: MicroStep | None = None  # the micro-step being trained (None: not filtering)
-        # While `_compute_loss` runs TRL's loss: where the override of `_get_per_token_logps_and_entropies` puts the
-        # loss forward's outputs (`_capturing_loss_forward`); None otherwise.
-        self._loss_forward: list | None = None
-        # Extra lines for the model card, e.g. {"Catalogue": "webshop-small-1k"}; recipes fill it.
-        self.model_card_details: dict[str, str] = {}
+        self._loss_forward: list | None = None  # the loss forward's outputs, inside `_capturing_loss_forward` only
+        self.model_card_details: dict[str, str] = {}  # extra model card lines (e.g. the WebShop catalogue), by recipes
         self.empty_step_guard = EmptyStepGuard(self)
         self.add_callback(self.empty_step_guard)
         self.mi_diagnostics = MIDiagnostics(args.mi_diagnostics_config()) if args.mi_diagnostics else None
@@ -265,62 +241,22 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
     def select_groups_from_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
         """Apply the configured selection (and control arm) to raw rewards (N_global,) in group order; returns the
         kept groups (P,)."""
-        return self._apply_control(self._select_groups(rewards, self._filter_decision(rewards)).keep)
-
-    def _apply_control(self, rule_keep: torch.Tensor) -> torch.Tensor:
-        """The groups (P,) kept by `reward_variance_control`'s arm, from the rule's choice `rule_keep` (P,); the
-        draw of `"random_matched"` is keyed by the seed and the generation batches filtered so far."""
-        return apply_control(
-            rule_keep,
-            self.args.reward_variance_control,
-            seed=self.args.seed,
-            generation_index=self.filter_state.filtered_steps,
-        )
+        return self._keep_rows(rewards, self._filter_decision(rewards)).keep_groups
 
     def select_rows_from_rewards(self, rewards: torch.Tensor) -> torch.Tensor:
         """Apply the configured selection to raw rewards (N_global,) in group order; returns the kept rows (N_global,)
         (whole groups, or with `"within_group"` some rollouts of every group)."""
-        return self._keep_rows(rewards, self._filter_decision(rewards))[1]
+        return self._keep_rows(rewards, self._filter_decision(rewards)).keep_rows
 
     def _keep_rows(self, rewards: torch.Tensor, decision: FilterDecision) -> KeptRows:
-        """The kept groups (P,) and rows (N_global,), how many groups the exploration guard added, and how many
-        groups the rule kept (a control arm may keep others)."""
-        G = self.num_generations
-        if self.args.reward_variance_filtering == WITHIN_GROUP:
-            every_group = torch.ones(rewards.numel() // G, dtype=torch.bool)
-            P = every_group.numel()
-            if not decision.active:  # warm-up: every rollout
-                return KeptRows(every_group, torch.ones(rewards.numel(), dtype=torch.bool), 0, P)
-            ratio = self.args.reward_variance_within_group_ratio
-            return KeptRows(every_group, select_within_group(rewards.cpu(), G, ratio), 0, P)
-        rule_keep, guard_added = self._select_groups(rewards, decision)  # (P,)
-        keep_groups = self._apply_control(rule_keep)
-        return KeptRows(keep_groups, keep_groups.repeat_interleave(G), guard_added, int(rule_keep.sum()))
+        generation_index = self.filter_state.filtered_steps  # batches filtered before this one
+        return self.filter_rule.keep(rewards, decision, generation_index=generation_index, select=self._select_groups)
 
     def _filter_decision(self, rewards: torch.Tensor) -> FilterDecision:
-        """Warm-up, scheduled rho and auto switch for this generation, from the state before it (no side effect:
-        the early selection and `_filter_batch` decide alike; `_filter_batch` commits the switch's new state)."""
-        state = self.filter_state
-        observed = std_over_mean(rewards.cpu(), self.num_generations) if self.keep_rate_control.auto else math.nan
-        return self.keep_rate_control.decide(self.state.global_step, observed, state.auto_signal, state.auto_on)
+        return self.filter_rule.decide(rewards, self.state.global_step, self.filter_state)
 
     def _select_groups(self, rewards: torch.Tensor, decision: FilterDecision) -> GuardedSelection:
-        """The kept groups (P,) under `decision`, and how many of them the exploration guard added."""
-        args = self.args
-        return select_under(
-            decision,
-            group_scores(args.reward_variance_metric, self.num_generations, rewards=rewards, **self._row_values()),
-            strategy=args.reward_variance_filtering,
-            min_kept_fraction=args.reward_variance_min_kept_fraction,
-            include_zero=args.reward_variance_include_zero,
-            largest=args.reward_variance_largest,
-            top_k=args.reward_variance_top_k,
-            min_p=args.reward_variance_min_p,
-            top_p_mode=args.reward_variance_top_p_mode,
-            selection_eps=args.reward_variance_selection_eps,
-            selection_eps_mode=args.reward_variance_selection_eps_mode,
-            percentile_range=(args.reward_variance_percentile_low, args.reward_variance_percentile_high),
-        )
+        return self.filter_rule.select_groups(rewards, decision, self._row_values())
 
     def _row_values(self) -> dict[str, torch.Tensor]:
         """The per-rollout values of the batch being filtered that a row ranking metric needs (`{}` otherwise)."""
@@ -404,55 +340,41 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
         filtered["num_items_in_batch"] = self.accelerator.gather(loss_token_count(filtered)).sum()
 
         empty = not bool(keep_rows.any())
-        kept_fraction = (keep_rows if self._keeps_rollouts() else keep_groups).float().mean().item()
+        rollout_rule = self.args.reward_variance_filtering == WITHIN_GROUP  # keeps rollouts, not groups
+        kept_fraction = (keep_rows if rollout_rule else keep_groups).float().mean().item()
         scaling = self.args.reward_variance_loss_scaling
         self._filtered = FilteredGeneration(
             keep_groups=keep_groups,
             local_kept_rows=index.numel(),
             empty=empty,
-            empty_cause=self._empty_step_cause(rewards, decision) if empty else None,
+            empty_cause=filter_empty_cause(self.args, rewards, self.num_generations, decision) if empty else None,
             loss_scale={"none": 1.0, "linear": kept_fraction, "sqrt": math.sqrt(kept_fraction)}[scaling],
             batch=filtered,  # laid out over the micro-steps by _prepare_inputs
             keep_rows=keep_rows,
         )
-        self._update_filter_state(empty, decision)
-        self._log_filter_metrics(rewards, keep_rows)
-        self._log_keep_rate(decision, guard_added)
-        if self.args.reward_variance_control is not None:
-            self._metrics["train"][keys.FILTER_RULE_KEPT_GROUPS].append(float(rule_kept_groups))
-        self._log_kept_rollouts(keep_groups, keep_rows)
+        self.filter_state.record(empty, decision)
+        logged = filter_step_metrics(
+            rewards,
+            self.num_generations,
+            keep_groups,
+            keep_rows,
+            empty=empty,
+            loss_scale=self._filtered.loss_scale,
+            state=self.filter_state,
+            decision=decision,
+            guard_added=guard_added,
+            rule_kept_groups=rule_kept_groups,
+            args=self.args,
+        )
+        for key, value in logged.items():
+            self._metrics["train"][key].append(value)
         return filtered
-
-    def _keeps_rollouts(self) -> bool:
-        """Whether the rule keeps rollouts rather than whole groups (`"within_group"`)."""
-        return self.args.reward_variance_filtering == WITHIN_GROUP
 
     def _advantages_recomputed(self) -> bool:
         """Whether the loss's advantages differ from TRL's: options TRL defines over the batch, or groups that
         keep only some of their rollouts (their statistics are taken over the kept rollouts, as RAGEN does)."""
-        return self._keeps_rollouts() or batch_dependent(self.scale_rewards, self.multi_objective_aggregation)
-
-    def _empty_step_cause(self, rewards: torch.Tensor, decision: FilterDecision) -> EmptyStepCause:
-        """Why this generation's selection kept no group, for the message that stops training."""
-        args = self.args
-        if args.reward_variance_metric not in ("variance", "std"):
-            return EmptyStepCause(
-                "selection",
-                f"no group's {args.reward_variance_metric} score was selected by "
-                f"reward_variance_filtering={args.reward_variance_filtering!r} (zero scores are candidates only "
-                f"with reward_variance_include_zero=True; it is {args.reward_variance_include_zero})",
-                "Check the reward_variance_* settings against the selection rules in docs/filtering.md",
-            )
-        return empty_step_cause(
-            rewards,
-            self.num_generations,
-            metric=args.reward_variance_metric,
-            top_p=decision.top_p if args.reward_variance_filtering in ("top_p", AUTO) else None,
-            top_p_mode=args.reward_variance_top_p_mode,
-            selection_eps=args.reward_variance_selection_eps,
-            selection_eps_mode=args.reward_variance_selection_eps_mode,
-            include_zero=args.reward_variance_include_zero,
-            largest=args.reward_variance_largest,
+        return self.args.reward_variance_filtering == WITHIN_GROUP or batch_dependent(
+            self.scale_rewards, self.multi_objective_aggregation
         )
 
     def _check_early_selection(self, local_keep: torch.Tensor) -> None:
@@ -469,32 +391,18 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
             )
 
     def _kept_advantages(self, keep_rows: torch.Tensor) -> torch.Tensor:
-        """The advantage the loss uses for each row of the generation batch (N_global,); NaN for filtered rows.
-
-        TRL's group advantages stay valid for the kept groups; options TRL defines over the batch
-        (`scale_rewards="batch"`, `normalize_then_sum`) are recomputed over the kept rows alone.
-        """
-        total = keep_rows.numel()
-        if self._advantages_recomputed():
-            used = torch.full((total,), float("nan"))
-            if keep_rows.any():
-                per_func = self._scored.rewards_per_func
-                kept = per_func[keep_rows.to(per_func.device)]  # (N_kept, F), in group order
-                used[keep_rows.cpu()] = kept_row_advantages(
-                    kept.cpu(),
-                    self.reward_weights.cpu(),
-                    self._kept_per_group(keep_rows),
-                    self.scale_rewards,
-                    self.multi_objective_aggregation,
-                ).float()
-            return used
-        group_advantages = torch.tensor(list(self._logs["advantages"])[-total:], dtype=torch.float32)
-        return group_advantages.masked_fill(~keep_rows.cpu(), float("nan"))
-
-    def _kept_per_group(self, keep_rows: torch.Tensor) -> int:
-        """Rows each kept group keeps: G, or k for `"within_group"` (the same in every group)."""
-        per_group = keep_rows.view(-1, self.num_generations).sum(dim=1)  # (P,)
-        return int(per_group[per_group > 0][0])
+        """The advantage the loss uses for each row of the generation batch (N_global,); NaN for filtered rows."""
+        logged = torch.tensor(list(self._logs["advantages"])[-keep_rows.numel() :], dtype=torch.float32)
+        return used_advantages(
+            keep_rows,
+            logged,
+            self._scored.rewards_per_func,
+            self.reward_weights,
+            self.num_generations,
+            recompute=self._advantages_recomputed(),
+            scale_rewards=self.scale_rewards,
+            aggregation=self.multi_objective_aggregation,
+        )
 
     def _show_used_advantages(self, used: torch.Tensor) -> None:
         """The completions table shows the advantage the loss used; NaN marks the rows the filter dropped."""
@@ -502,47 +410,6 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
         history[-used.numel() :] = used.tolist()
         self._logs["advantages"].clear()
         self._logs["advantages"].extend(history)
-
-    def _update_filter_state(self, empty: bool, decision: FilterDecision) -> None:
-        state = self.filter_state
-        if decision.auto_on is not None:
-            state.auto_signal, state.auto_on = decision.auto_signal, decision.auto_on
-        state.filtered_steps += 1
-        state.empty_steps += int(empty)
-        state.consecutive_empty_steps = state.consecutive_empty_steps + 1 if empty else 0
-
-    def _log_filter_metrics(self, rewards: torch.Tensor, keep_rows: torch.Tensor) -> None:
-        filtered = self._filtered
-        stats = filter_stats(rewards.cpu(), self.num_generations, filtered.keep_groups.cpu())
-        metrics = self._metrics["train"]
-        for key, value in stats.items():
-            metrics[keys.filter_key(key)].append(value)
-        metrics[keys.FILTER_KEPT_ROWS].append(float(keep_rows.sum().item()))
-        metrics[keys.FILTER_EMPTY].append(float(filtered.empty))
-        metrics[keys.FILTER_EMPTY_STEPS].append(float(self.filter_state.empty_steps))
-        metrics[keys.FILTER_CONSECUTIVE_EMPTY_STEPS].append(float(self.filter_state.consecutive_empty_steps))
-        metrics[keys.FILTER_LOSS_SCALE].append(filtered.loss_scale)
-
-    def _log_kept_rollouts(self, keep_groups: torch.Tensor, keep_rows: torch.Tensor) -> None:
-        """The ablation rules' extra keys: the kept share of the rollouts and the rollouts kept per kept group."""
-        if self.args.reward_variance_filtering not in ("percentile_range", WITHIN_GROUP):
-            return
-        metrics = self._metrics["train"]
-        metrics[keys.FILTER_KEPT_ROLLOUT_FRACTION].append(keep_rows.float().mean().item())
-        kept_groups = int(keep_groups.sum())
-        metrics[keys.FILTER_ROLLOUTS_PER_GROUP].append(keep_rows.sum().item() / kept_groups if kept_groups else 0.0)
-
-    def _log_keep_rate(self, decision: FilterDecision, guard_added: int) -> None:
-        args, metrics = self.args, self._metrics["train"]
-        metrics[keys.FILTER_ACTIVE].append(float(decision.active))
-        if args.reward_variance_filtering in ("top_p", AUTO):
-            metrics[keys.FILTER_TOP_P].append(decision.top_p)
-        if decision.auto_on is not None:
-            metrics[keys.FILTER_AUTO_ON].append(float(decision.auto_on))
-            signal = decision.auto_signal
-            metrics[keys.FILTER_AUTO_SIGNAL].append(math.nan if signal is None else signal)
-        if args.reward_variance_min_kept_fraction:
-            metrics[keys.FILTER_GUARD_ADDED].append(float(guard_added))
 
     # -----------------------------------------------------------------------------------------------------------
     # Micro-batching and loss
