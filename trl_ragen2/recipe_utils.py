@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,9 @@ def parse_recipe_args(script_class: type = AgentScriptArguments, task_yaml: Path
     2. everything, with `SNRFilteredPPOConfig` for `--algorithm ppo` or `dapo`, else `SNRFilteredGRPOConfig`, the
        algorithm's `PAPER_ALGORITHMS` settings as defaults below the YAML and the command line: an unknown flag, or
        a PPO-only flag in a GRPO run, is an error.
+
+    On CPU it then replaces a launcher's default of one thread by the process's share of the cores
+    (`use_cpu_cores`), keeping a thread count the user set.
     """
     from trl import ModelConfig, TrlParser
 
@@ -203,7 +207,92 @@ def parse_recipe_args(script_class: type = AgentScriptArguments, task_yaml: Path
     config_class = SNRFilteredPPOConfig if script_args.uses_critic else SNRFilteredGRPOConfig
     parser = TrlParser((script_class, config_class, ModelConfig))
     parser.set_defaults_with_config(**defaults, **PAPER_ALGORITHMS[script_args.algorithm])
-    return parser.parse_args_and_config(args)
+    parsed = parser.parse_args_and_config(args)
+    use_cpu_cores(parsed[1])  # undo a launcher's OMP_NUM_THREADS=1 default on CPU (see `cpu_thread_count`)
+    return parsed
+
+
+# The environment variables a launcher leaves in its workers: `accelerate launch` (both its simple launcher and its
+# torchrun one) and torchrun. A process without any of them was not started by one of the two.
+LAUNCHER_MARKERS = ("ACCELERATE_DYNAMO_BACKEND", "TORCHELASTIC_RUN_ID")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+THREAD_FLAGS = ("--num_cpu_threads_per_process", "--num-cpu-threads-per-process")
+LOCAL_SIZE_VARIABLES = (
+    "LOCAL_WORLD_SIZE",
+    "MPI_LOCALNRANKS",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MV2_COMM_WORLD_LOCAL_SIZE",
+)
+
+
+def cpu_thread_count(
+    environ: Mapping[str, str], cores: int, launcher_environ: Mapping[str, str] | None, launcher_argv=()
+) -> int | None:
+    """The torch thread count of a CPU process whose `OMP_NUM_THREADS=1` is a launcher's default, else None (keep).
+
+    `accelerate launch` without `use_cpu` (no `--config_file`, or one with `use_cpu: false`, and no `--cpu`) gives
+    its worker `OMP_NUM_THREADS=1` unless its own environment sets it (accelerate/commands/launch.py,
+    `_validate_launch_command`: `get_int_from_env(["OMP_NUM_THREADS"], 1)`), and torchrun does the same with more
+    than one process per node (torch/distributed/run.py). The worker's environment alone cannot tell that default
+    from a user's `OMP_NUM_THREADS=1`; the launcher's does: `launcher_environ` is the environment the launcher
+    (the worker's parent) was started with, `launcher_argv` its command line. The value is the user's, and kept,
+    when the launcher was started with `OMP_NUM_THREADS` or `MKL_NUM_THREADS` or given
+    `--num_cpu_threads_per_process`; also when `environ` has no launcher's marker (`LAUNCHER_MARKERS`), when the
+    launcher's environment is unknown (None), or when the value is anything but 1.
+
+    Otherwise the process gets its share of the `cores` it may run on: `cores // local processes` (torchrun's
+    `LOCAL_WORLD_SIZE`, or MPI's local size; 1 if none), at least 1.
+    """
+    if environ.get("OMP_NUM_THREADS", "").strip() != "1" or not any(name in environ for name in LAUNCHER_MARKERS):
+        return None
+    if launcher_environ is None or any(name in launcher_environ for name in THREAD_VARIABLES):
+        return None
+    if any(arg.split("=", 1)[0] in THREAD_FLAGS for arg in launcher_argv):
+        return None
+    local_size = next((int(environ[name]) for name in LOCAL_SIZE_VARIABLES if environ.get(name, "").isdigit()), 1)
+    return max(1, cores // max(1, local_size))
+
+
+def _launcher() -> tuple[dict[str, str] | None, list[str]]:
+    """The environment the parent process was started with (None if unreadable) and its command line."""
+    try:
+        import psutil  # a dependency of accelerate
+
+        parent = psutil.Process(os.getppid())
+        return parent.environ(), parent.cmdline()
+    except Exception:  # no psutil, no permission, or a platform without it: the value stays
+        return None, []
+
+
+def available_cores() -> int:
+    """The CPUs this process may run on (its affinity mask, e.g. a container's or `taskset`'s), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def use_cpu_cores(training_args) -> int | None:
+    """On CPU (`use_cpu`, or no accelerator), replace a launcher's default of one thread by the process's share of
+    the cores (`cpu_thread_count`); a thread count the user set is kept. Returns the count it set, else None."""
+    import torch
+
+    on_cpu = getattr(training_args, "use_cpu", False) or not (
+        torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
+    )
+    if not on_cpu:
+        return None
+    count = cpu_thread_count(os.environ, available_cores(), *_launcher())
+    if count is None or count == torch.get_num_threads():
+        return None
+    torch.set_num_threads(count)
+    os.environ["OMP_NUM_THREADS"] = str(count)  # for the processes this one starts
+    logger.warning(
+        "OMP_NUM_THREADS=1 is the launcher's default, not yours: using %d CPU threads per process (set "
+        "OMP_NUM_THREADS or --num_cpu_threads_per_process to choose)",
+        count,
+    )
+    return count
 
 
 def build_datasets(
