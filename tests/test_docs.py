@@ -199,8 +199,8 @@ def expected_keys() -> set[str]:
     from trl_ragen2.agents.rollout_func import aggregate_env_metrics
     from trl_ragen2.collapse.detector import ALARM_KEYS
     from trl_ragen2.collapse.diagnostics import MIDiagnostics
-    from trl_ragen2.collapse.grad_report import BUCKET_KEYS
     from trl_ragen2.collapse.text_metrics import TEXT_KEYS
+    from trl_ragen2.filtering.grad_report import BUCKET_KEYS
     from trl_ragen2.filtering.selection import filter_stats
     from trl_ragen2_envs import ENVIRONMENTS, get_env_class
 

@@ -8,7 +8,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_ragen2 import SNRFilteredGRPOConfig
-from trl_ragen2.collapse.grad_snr import aggregate, component_losses, global_norm, reward_variance_buckets
+from trl_ragen2.filtering.grad_snr import aggregate, component_losses, global_norm, reward_variance_buckets
 from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_model, tiny_model_path
 
 from .exactness import reference_gradient
@@ -193,7 +193,7 @@ def test_a_report_costs_one_forward_pass_per_term_over_every_row(tmp_path, tiny_
 
 
 def test_schedule_resumes_at_the_next_multiple():
-    from trl_ragen2.collapse.grad_report import GradientReport
+    from trl_ragen2.filtering.grad_report import GradientReport
 
     report, ran = GradientReport(every_n_steps=5), []
     for step in range(1, 12):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_ragen2.collapse.grad_snr import global_norm, reward_variance_buckets
+from trl_ragen2.filtering.grad_snr import global_norm, reward_variance_buckets
 from trl_ragen2.models.tiny import make_tiny_model
 
 from .exactness import concat_micro_batches, reference_gradient

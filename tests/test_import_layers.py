@@ -58,7 +58,7 @@ def test_filtering_mi_and_the_run_log_readers_need_no_trainer_stack(tmp_path):
     from trl_ragen2 import filter_stats, group_reward_scores, mi_metrics, select_groups
     from trl_ragen2.cli import main
     from trl_ragen2.collapse.detector import first_alarm
-    from trl_ragen2.collapse.grad_snr import reward_variance_buckets
+    from trl_ragen2.filtering.grad_snr import reward_variance_buckets
     from trl_ragen2.filtering.keep_rate import scheduled_top_p
     from trl_ragen2.collapse.mi import MIZScoreEMA
     from trl_ragen2.collapse.mi_uncertainty import mi_uncertainty

@@ -10,9 +10,10 @@
 - `diagnostics`: when the MI diagnostics run during training, their settings, keys and state; a callback for a
   plain `GRPOTrainer`;
 - `detector`, `alarm`: an early warning of collapse from the logged diagnostics, and its `TrainerCallback`;
-- `grad_snr`, `grad_report`: the gradient SNR report (the paper's Figure 3), its buckets and loss terms, and the
-  report on a trainer.
+- `mi_arguments`: the `mi_*` fields of the trainer configs.
 
-`mi`, `mi_uncertainty`, `text_metrics`, `detector` and `grad_snr` are pure (torch at most); the engines load
+The gradient SNR report (the paper's Figure 3, the §3 argument for filtering) is in `trl_ragen2.filtering`.
+
+`mi`, `mi_uncertainty`, `text_metrics` and `detector` are pure (torch at most); the engines load
 transformers or vLLM lazily; a trainer is only ever an argument here, never an import.
 """

@@ -5,7 +5,7 @@ Every `every_n_steps` optimizer steps (at step 1, then at multiples), right afte
 filter, [`GradientReport.on_batch`]:
 
 1. splits the prompt groups of the whole generation batch (all processes) into reward-variance quantile buckets
-   (`trl_ragen2.collapse.grad_snr.reward_variance_buckets`, the same on every process);
+   (`trl_ragen2.filtering.grad_snr.reward_variance_buckets`, the same on every process);
 2. for each bucket and each term (task, KL when the batch has reference log-probabilities, entropy), runs forward
    passes of the policy on the bucket's rows of this process (in chunks of `per_device_train_batch_size`) and takes
    the gradient of the term with `torch.autograd.grad`, summed over chunks and, with several processes, over
@@ -178,7 +178,7 @@ class GradientReportArguments:
     r"""
     The gradient SNR report (RAGEN-2's Figure 3): per reward-variance bucket of prompt groups, the gradient norms of
     the task, KL and entropy terms, from separate backward passes without an optimizer step (see
-    `trl_ragen2.collapse.grad_report`). Off by default: each report costs about 2-3 optimizer steps of compute.
+    `trl_ragen2.filtering.grad_report`). Off by default: each report costs about 2-3 optimizer steps of compute.
 
     Parameters:
         grad_report_every_n_steps (`int`, *optional*, defaults to `0`):

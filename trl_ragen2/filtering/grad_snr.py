@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from ..filtering.selection import group_reward_scores
+from .selection import group_reward_scores
 
 
 # Loss types whose per-token surrogate is the clipped ratio (the others reweight it differently).

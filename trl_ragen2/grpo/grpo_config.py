@@ -2,7 +2,7 @@
 
 - the filter's `reward_variance_*` fields: `trl_ragen2.filtering.arguments.SNRFilterArguments`;
 - the MI diagnostics' `mi_*` fields: `trl_ragen2.collapse.mi_arguments.MIDiagnosticsArguments`;
-- the gradient report's `grad_report_*` fields: `trl_ragen2.collapse.grad_report.GradientReportArguments`;
+- the gradient report's `grad_report_*` fields: `trl_ragen2.filtering.grad_report.GradientReportArguments`;
 - the vLLM engine's fields: `trl_ragen2.models.vllm_cpu.VLLMEngineArguments`;
 - the run folder's, resume and sample log fields: `trl_ragen2.runs.run_folder.RunFolderArguments`.
 
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from trl import GRPOConfig
 
-from ..collapse.grad_report import GradientReportArguments, check_report_settings
 from ..collapse.mi_arguments import MI_CONFIG_FIELDS, MIDiagnosticsArguments  # noqa: F401 - MI_CONFIG_FIELDS re-exported
 from ..filtering.arguments import WITHIN_GROUP, SNRFilterArguments  # noqa: F401 - WITHIN_GROUP re-exported
+from ..filtering.grad_report import GradientReportArguments, check_report_settings
 from ..models.vllm_cpu import VLLMEngineArguments
 from ..runs.run_folder import RunFolderArguments
 from .config_types import check_field_types

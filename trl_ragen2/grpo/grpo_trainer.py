@@ -9,7 +9,7 @@ each calling `super()`:
   hands the entropies to the normalisation below);
 - `_calculate_rewards`: keeps the gathered (global) raw rewards, identical on every process;
 - `_generate_and_score_completions`: selects groups from those rewards and drops the other rows (before that, the
-  MI diagnostics and, when on, the gradient SNR report of `trl_ragen2.collapse.grad_report` see the whole batch;
+  MI diagnostics and, when on, the gradient SNR report of `trl_ragen2.filtering.grad_report` see the whole batch;
   after it, the sample log of `trl_ragen2.grpo.sample_log` records a few groups and the filter's choice);
 - `_prepare_inputs`: lays the kept rows out over the micro-steps (full mini-batches, fewer updates);
 - `_compute_loss`: renormalises TRL's micro-batch loss so each optimizer step is plain GRPOTrainer's step on its
@@ -43,7 +43,6 @@ from trl.trainer.utils import shuffle_sequence_dict
 
 from ..collapse.diagnostics import STATE_FILE as MI_STATE_FILE
 from ..collapse.diagnostics import MIDiagnostics, _is_sharded
-from ..collapse.grad_report import GradientReport, check_report_settings
 from ..filtering import micro_steps
 from ..filtering.advantages import batch_dependent, used_advantages
 from ..filtering.batch_utils import (
@@ -58,6 +57,7 @@ from ..filtering.batch_utils import (
 )
 from ..filtering.empty_steps import FILTER_STATE_FILE, EmptyStepGuard, FilterState
 from ..filtering.generation_state import FilteredGeneration, ScoredGeneration, weighted_rewards
+from ..filtering.grad_report import GradientReport, check_report_settings
 from ..filtering.group_metrics import ENTROPY_METRICS, ROW_METRICS, row_mean_entropy
 from ..filtering.keep_rate import FilterDecision, GuardedSelection
 from ..filtering.micro_steps import MicroStep

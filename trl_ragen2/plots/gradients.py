@@ -4,7 +4,7 @@ Three panels (task, KL, entropy gradient), x = the reward-variance buckets from 
 their mean RV), y = the L2 norm of that term's gradient over the bucket's rows, one line per report step (coloured
 by step). In a run where the paper's mechanism holds, the task panel rises with RV (zero for groups whose rollouts
 all earned the same reward) while the KL and entropy panels stay flat. Reads `ragen2/grad/bucket_<i>/...` (see
-`trl_ragen2.collapse.grad_report`).
+`trl_ragen2.filtering.grad_report`).
 """
 
 from __future__ import annotations
