@@ -104,3 +104,22 @@ def test_run_endpoints_average_steps_25_to_50():
     assert out["collapsed"] == 1.0  # Retrieval-Acc fell by 0.2, H(Z|X) rose
     series["cond_entropy"] = [[1, 2.0], [25, 1.5], [50, 1.7]]
     assert analysis.run_endpoints({"series": series})["collapsed"] == 0.0
+
+
+def test_the_recall_report_on_the_stored_runs_is_what_the_page_quotes(capsys):
+    """The report of the stored recall-task runs, line for line, is the one docs/template_collapse_experiment.md
+    quotes, and its verdict is the one the page states."""
+    from pathlib import Path
+
+    template_collapse = load_benchmark("template_collapse")
+    root = Path(__file__).resolve().parent.parent
+    folder = root / "benchmarks" / "results" / "template_collapse_recall"
+    numbers = template_collapse.report(str(folder))
+    printed = capsys.readouterr().out
+    page = (root / "docs" / "template_collapse_experiment.md").read_text()
+    lines = [line for line in printed.splitlines()[1:] if line.strip()]  # the first line names the folder
+    assert len(lines) > 20
+    missing = [line for line in lines if line not in page]
+    assert missing == [], missing
+    assert len(numbers["arms"]) == 4 and all(len(arm["seeds"]) == 10 for arm in numbers["arms"].values())
+    assert f"## Results: the recall task (seeds 5–14): {numbers['verdict']}" in page
