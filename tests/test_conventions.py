@@ -1,12 +1,10 @@
 """Source conventions of `docs/architecture.md`: a test module imports helper modules, never another test module,
-every section divider has the one style, and code outside the sandbox uses its interface only."""
+and code outside the sandbox uses its interface only."""
 
 from __future__ import annotations
 
 import ast
-import io
 import re
-import tokenize
 from pathlib import Path
 
 
@@ -46,73 +44,6 @@ def test_test_modules_import_only_helper_modules():
         for line in imports_of_test_modules(path.read_text(encoding="utf-8"))
     ]
     assert offenders == [], "move what these lines import into a helper module of tests/ (a name without test_)"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Section dividers
-
-# The one divider: a full-line comment of dashes ending at column 113 (also when indented), then a comment line at
-# the same indentation naming the section (`# Section name`); no closing rule.
-DIVIDER_END_COLUMN = 113
-REPEATED_MARK = re.compile(r"([-=#*~_])\1{3,}")  # four of one mark in a row: what every divider style draws with
-HASH_HEADER = re.compile(r"#{2,}(\s|$)")  # `## name`, `### name`: a header drawn with the comment marks themselves
-TRL_SECTION = re.compile(r"#{4} [A-Z]")  # a recipe's section header (Model, Trainer, ...), as in TRL's examples
-
-
-def divider_problems(source: str, recipe: bool = False) -> list[str]:
-    """`line: comment` for each comment of `source` that draws a divider other than the one style."""
-    lines = source.splitlines()
-    problems = []
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type != tokenize.COMMENT or not (
-            REPEATED_MARK.search(token.string) or HASH_HEADER.match(token.string)
-        ):
-            continue
-        row, column = token.start
-        indent = lines[row - 1][:column]
-        own_line = indent.strip() == ""
-        if recipe and own_line and TRL_SECTION.match(token.string):
-            continue
-        previous = lines[row - 2].strip() if row >= 2 else ""
-        following = lines[row] if row < len(lines) else ""
-        names_a_section = following.startswith(f"{indent}# ") and not REPEATED_MARK.search(following)
-        if own_line and token.string == "# " + "-" * (DIVIDER_END_COLUMN - column - 2):
-            if names_a_section and not previous.startswith("#"):
-                continue
-        problems.append(f"{row}: {token.string}")
-    return problems
-
-
-def test_each_other_divider_style_is_reported():
-    rule = "# " + "-" * 111
-    good = f"x = 1\n\n\n{rule}\n# Section\n\ny = 2\n\n\nclass A:\n    {rule[4:]}\n    # Methods\n\n    z = 3\n"
-    assert divider_problems(good) == []
-    others = {
-        "closing rule": f"{rule}\n# Section\n{rule}\n",
-        "hash banner": f"{'#' * 60}\n# Section\n{'#' * 60}\n",
-        "hash header": "### prompts\n",
-        "two-hash header": "## Section\n",
-        "name after the dashes": "# ------------------------------------------------------------ section\n",
-        "name between dashes": "# -- section --------------------------------------------------------------\n",
-        "equals signs": f"# {'=' * 111}\n# Section\n",
-        "a rule of another length": f"{rule}--\n# Section\n",
-        "a rule naming nothing": f"{rule}\n\nx = 1\n",
-        "a rule after code on its line": f"x = 1  {rule}\n# Section\n",
-    }
-    for style, source in others.items():
-        assert divider_problems(source) != [], style
-    recipe = "def main():\n    #### Model\n    x = 1\n"
-    assert divider_problems(recipe, recipe=True) == []
-    assert divider_problems(recipe) != []
-
-
-def test_every_section_divider_has_the_one_style():
-    problems = []
-    for folder in SOURCE_FOLDERS:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            found = divider_problems(path.read_text(encoding="utf-8"), recipe=folder == "recipes")
-            problems += [f"{path.relative_to(ROOT)}:{problem}" for problem in found]
-    assert problems == [], "draw these dividers as a rule of dashes to column 113 and a `# Name` line below it"
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from trl_ragen2.collapse.diagnostics import MIDiagnostics, MIDiagnosticsConfig
 from trl_ragen2.collapse.scoring import TransformersCrossScorer
 from trl_ragen2.collapse.scoring.engine_choice import EngineSelector, prefill_tokens
 
-from .test_diagnostics import ROLLOUTS, build_batch
+from .diagnostics_batches import ROLLOUTS, build_batch
 
 
 def test_calibration_order_then_the_faster_engine_per_scope():
