@@ -67,9 +67,12 @@ def test_auto_engine_calibrates_each_scope_on_the_real_engine(tmp_path):
     """mi_engine='auto' on a vLLM run: transformers scores each scope's first diagnostic, vLLM its second, then the
     faster one (which one depends on the machine); every diagnostic gives numbers."""
     result = run(tmp_path, "--trainer", "grpo", "--multi_turn", "--mi_engine", "auto")
-    for scope in ("first_turn", "trajectory"):
-        engines = result["mi_vllm_engine"][scope]
-        assert engines[:2] == [0.0, 1.0] and engines[2] in (0.0, 1.0), (scope, engines)
+    engines = result["mi_vllm_engine"]["first_turn"]
+    assert engines[:2] == [0.0, 1.0] and engines[2] in (0.0, 1.0), engines
+    # the trajectory scope calibrates only on diagnostics where it scored pairs of its own (not those whose every
+    # pair was a first-turn pair, already scored): it starts on transformers and tries vLLM at most once before
+    trajectory = result["mi_vllm_engine"]["trajectory"]
+    assert trajectory in ([0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 1.0], [0.0, 0.0, 1.0]), trajectory
     assert result["mi_num_pairs"] == [8.0, 8.0, 8.0]
     assert not result["nan_in_history"]
 

@@ -341,14 +341,15 @@ class MIDiagnostics:
                     memo=memo,
                 )
             self.last_results[scope] = result
-            if engine is not None:  # every process records the same numbers: the time is already the largest
-                tokens = sum(group.all_gather(scope_scorer.prefill_tokens))
-                if result.error is None:
-                    self.engines.record(scope, engine, result.time_s, tokens)
+            # every process records the same numbers: the token count is summed, the time is already the largest
+            tokens = sum(group.all_gather(scope_scorer.prefill_tokens))
+            if engine is not None and result.error is None:
+                self.engines.record(scope, engine, result.time_s, tokens)
             scope_values = self._scope_metrics(scope, result, step)
-            scope_values["vllm_engine"] = float(
-                engine == VLLM if engine is not None else isinstance(scope_scorer.scorer, VLLMCrossScorer)
-            )
+            # the engine the scope was given (a scope whose pairs all came from the other scope's scores is not
+            # calibrated by it, and keeps the first engine of the calibration order)
+            vllm = engine == VLLM if engine is not None else isinstance(scope_scorer.scorer, VLLMCrossScorer)
+            scope_values["vllm_engine"] = float(vllm)
             metrics.update({mi_key(scope, key): value for key, value in scope_values.items()})
         return metrics
 
