@@ -1,5 +1,5 @@
 # Developer shortcuts. `make test` is what CI runs (after installing `.[dev]`).
-.PHONY: test vllm_tests slow_vllm_tests slow_tests gpu_tests quality style bench
+.PHONY: test vllm_tests slow_vllm_tests slow_tests gpu_tests trl_dropin_tests quality style bench
 
 PYTEST_WORKERS ?= 2
 
@@ -12,6 +12,7 @@ test:
 	tail -n 1 .vllm-venv-build.log; \
 	if [ $$suite -ne 0 ]; then exit $$suite; fi
 	bash tests/vllm/run_vllm_tests.sh
+	TRL_DROPIN=filter_off OMP_NUM_THREADS=1 python -m pytest tests/trl_upstream -m slow -n $(PYTEST_WORKERS) --timeout 900 -q -p no:cacheprovider
 
 vllm_tests:
 	bash tests/vllm/run_vllm_tests.sh
@@ -24,6 +25,10 @@ slow_tests:
 
 gpu_tests:
 	bash tests/gpu/run_gpu_checks.sh
+
+# TRL's own GRPO tests with SNRFilteredGRPOTrainer swapped in: plain, filter off, filter on (tests/trl_upstream/README.md).
+trl_dropin_tests:
+	OMP_NUM_THREADS=1 python tests/trl_upstream/run_dropin.py
 
 quality:
 	ruff check .
