@@ -58,8 +58,13 @@ def test_demonstrations_restate_the_letter_and_answer_easy_letters_right(task):
 
 
 def test_cell_names_round_trip(task):
-    assert task.parse_cell("ent0.01-kl0.001-filtered") == (0.01, 0.001, True)
-    assert task.parse_cell(task.cell_name(0.1, 0.0, False)) == (0.1, 0.0, False)
+    assert task.parse_cell("ent0.01-kl0.001-filtered") == (0.01, 0.001, "filtered")
+    assert task.parse_cell(task.cell_name(0.1, 0.0, False)) == (0.1, 0.0, "unfiltered")  # the original sweep's flag
+    for arm in task.ARMS:
+        assert task.parse_cell(task.cell_name(0.1, 0.001, arm)) == (0.1, 0.001, arm)
+    assert task.arm_settings("random_matched")["reward_variance_control"] == "random_matched"
+    assert task.arm_settings("filtered")["reward_variance_control"] is None
+    assert task.arm_settings("ppo_unfiltered") == {"reward_variance_filtering": None}
     assert len(task.all_cells()) == 16
     with pytest.raises(ValueError, match="not of the form"):
         task.parse_cell("ent0.1-filtered")
