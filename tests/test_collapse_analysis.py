@@ -123,3 +123,21 @@ def test_the_recall_report_on_the_stored_runs_is_what_the_page_quotes(capsys):
     assert missing == [], missing
     assert len(numbers["arms"]) == 4 and all(len(arm["seeds"]) == 10 for arm in numbers["arms"].values())
     assert f"## Results: the recall task (seeds 5–14): {numbers['verdict']}" in page
+
+
+def test_the_controlled_experiments_report_on_the_stored_runs_is_what_the_page_quotes(capsys):
+    """The pre-registered analysis of the stored controlled-experiment runs, line for line, is the one the page
+    quotes, with its verdict."""
+    from pathlib import Path
+
+    template_collapse = load_benchmark("template_collapse")
+    root = Path(__file__).resolve().parent.parent
+    numbers = template_collapse.report(str(root / "benchmarks" / "results" / "template_collapse_controlled"))
+    printed = capsys.readouterr().out
+    page = (root / "docs" / "template_collapse_experiment.md").read_text()
+    lines = [line for line in printed.splitlines()[1:] if line.strip()]
+    assert len(lines) > 80
+    missing = [line for line in lines if line not in page]
+    assert missing == [], missing
+    assert all(len(numbers["arms"][arm]["seeds"]) == 66 for arm in template_collapse.ARMS)
+    assert f"## Results: the controlled experiment (seeds 5–70): {numbers['verdict']}" in page
