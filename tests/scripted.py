@@ -90,6 +90,19 @@ def parity_reward_for(amplitudes: dict[str, float]):
     return parity_reward
 
 
+def alternating_reward_for(amplitudes: dict[str, float]):
+    """The parity reward on even-numbered calls (batches 2, 4, ...) and 0 everywhere on odd ones: batches 1, 3, ...
+    have no reward variance (the filter keeps nothing), batches 2, 4, ... keep the groups the parity reward keeps."""
+    parity, calls = parity_reward_for(amplitudes), []
+
+    def alternating_reward(prompts, completion_ids, **kwargs):
+        calls.append(None)
+        rewards = parity(prompts, completion_ids)
+        return rewards if len(calls) % 2 == 0 else [0.0] * len(rewards)
+
+    return alternating_reward
+
+
 def record_loss_rows(trainer):
     """Wrap `_compute_loss` to record, per call, the decoded prompts of the rows that carry loss tokens."""
     calls: list[list[str]] = []

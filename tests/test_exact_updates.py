@@ -20,7 +20,15 @@ from .exactness import (
     record_kept_rows,
     reference_gradient,
 )
-from .scripted import AMPLITUDES, dataset, parity_reward_for, script_generation, snapshot, tiny_trainer_args
+from .scripted import (
+    AMPLITUDES,
+    alternating_reward_for,
+    dataset,
+    parity_reward_for,
+    script_generation,
+    snapshot,
+    tiny_trainer_args,
+)
 
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
@@ -428,13 +436,7 @@ def test_moe_step_equals_plain_grpo_on_the_kept_groups(tmp_path, tiny_tokenizer,
 
 def test_moe_logs_aux_loss_on_every_step(tmp_path, tiny_tokenizer):
     # Batches 1 and 3 earn 0 everywhere (an empty step: the rule keeps nothing), batches 2 and 4 the parity reward.
-    parity = parity_reward_for(AMPLITUDES)
-    calls = []
-
-    def alternating_reward(prompts, completion_ids, **kwargs):
-        calls.append(None)
-        rewards = parity(prompts, completion_ids)
-        return rewards if len(calls) % 2 == 0 else [0.0] * len(rewards)
+    alternating_reward = alternating_reward_for(AMPLITUDES)
 
     filtered = make_trainer(tmp_path, tiny_tokenizer, SNRFilteredGRPOTrainer, list(AMPLITUDES),
                             reward_funcs=alternating_reward, model=make_tiny_moe_model(tiny_tokenizer), max_steps=4,

@@ -16,8 +16,8 @@ from trl_ragen2.models.tiny import make_tiny_model
 
 from .scripted import (
     AMPLITUDES,
+    alternating_reward_for,
     dataset,
-    parity_reward_for,
     record_loss_rows,
     script_generation,
     scripted_trainer,
@@ -121,13 +121,7 @@ def test_skip_matched_trains_every_group_exactly_as_no_filter(tmp_path, tiny_tok
 def test_controls_skip_exactly_the_rules_empty_steps(tmp_path, tiny_tokenizer, control):
     # Batches 1 and 3 earn 0 everywhere (no group has variance: the rule keeps none); batches 2 and 4 pay the parity
     # reward (the rule keeps "P2:").
-    parity = parity_reward_for(AMPLITUDES)
-    calls = []
-
-    def alternating_reward(prompts, completion_ids, **kwargs):
-        calls.append(None)
-        rewards = parity(prompts, completion_ids)
-        return rewards if len(calls) % 2 == 0 else [0.0] * len(rewards)
+    alternating_reward = alternating_reward_for(AMPLITUDES)
 
     trainer = SNRFilteredGRPOTrainer(
         model=make_tiny_model(tiny_tokenizer, seed=0),
