@@ -1,6 +1,7 @@
 """`SNRFilteredGRPOConfig`: `GRPOConfig` plus the RAGEN-2 settings, each group defined beside the code that reads it.
 
-- the filter's `reward_variance_*` fields: `trl_ragen2.filtering.arguments.SNRFilterArguments`;
+- the filter's `reward_variance_*` fields: `trl_ragen2.filtering.arguments.SNRFilterArguments`, and dynamic
+  sampling's `reward_variance_refill*`: `trl_ragen2.filtering.refill.RefillArguments`;
 - the MI diagnostics' `mi_*` fields: `trl_ragen2.collapse.mi_arguments.MIDiagnosticsArguments`;
 - the gradient report's `grad_report_*` fields: `trl_ragen2.filtering.grad_report.GradientReportArguments`;
 - the vLLM engine's fields: `trl_ragen2.models.vllm_cpu.VLLMEngineArguments`;
@@ -19,6 +20,7 @@ from trl import GRPOConfig
 from ..collapse.mi_arguments import MI_CONFIG_FIELDS, MIDiagnosticsArguments  # noqa: F401 - MI_CONFIG_FIELDS re-exported
 from ..filtering.arguments import WITHIN_GROUP, SNRFilterArguments  # noqa: F401 - WITHIN_GROUP re-exported
 from ..filtering.grad_report import GradientReportArguments, check_report_settings
+from ..filtering.refill import RefillArguments
 from ..models.vllm_cpu import VLLMEngineArguments
 from ..runs.run_folder import RunFolderArguments
 from .config_types import check_field_types
@@ -27,6 +29,7 @@ from .config_types import check_field_types
 @dataclass
 class SNRFilteredGRPOConfig(
     SNRFilterArguments,
+    RefillArguments,
     MIDiagnosticsArguments,
     GradientReportArguments,
     VLLMEngineArguments,
@@ -35,7 +38,7 @@ class SNRFilteredGRPOConfig(
 ):
     r"""
     Configuration class for [`SNRFilteredGRPOTrainer`]: every [`~trl.GRPOConfig`] field, plus the RAGEN-2
-    SNR-aware filtering fields documented in [`SNRFilterArguments`], the MI diagnostics fields documented in
+    SNR-aware filtering fields documented in [`SNRFilterArguments`] and [`RefillArguments`], the MI diagnostics fields documented in
     [`MIDiagnosticsArguments`], the gradient report fields of [`GradientReportArguments`], and the output folder,
     resume and sample log fields of [`RunFolderArguments`].
 
@@ -51,6 +54,7 @@ class SNRFilteredGRPOConfig(
         )  # a YAML number or list skips argparse's conversion: checked before anything reads it
         super().__post_init__()
         self.validate_reward_variance_fields()
+        self.validate_refill_fields(self.generation_batch_size // self.num_generations)
         self.mi_diagnostics_config()  # validates the mi_* fields
         self.validate_vllm_engine_fields()
         self.sample_log_settings()  # validates the sample_log_* fields

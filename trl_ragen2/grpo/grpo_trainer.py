@@ -75,6 +75,7 @@ from ..runs.checkpoints import (
 from ..runs.run_folder import RunFolderMixin
 from .grpo_config import WITHIN_GROUP, SNRFilteredGRPOConfig
 from .model_card import training_details
+from .refill import RefillMixin
 from .sample_log import SampleRecorder
 
 
@@ -110,7 +111,7 @@ RAGEN2_PAPER = {
 }
 
 
-class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
+class SNRFilteredGRPOTrainer(RefillMixin, RunFolderMixin, GRPOTrainer):
     """GRPO with RAGEN-2 SNR-aware filtering (arXiv 2604.06268).
 
     Before each policy update, prompt groups are scored by the variance of their rollouts' raw rewards (the weighted
@@ -190,7 +191,8 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
 
     def _generate(self, prompts):
         result = super()._generate(prompts)
-        if self.model.training and self.args.reward_variance_filtering is not None and self._scoring_passes_run():
+        early = self.args.reward_variance_filtering is not None and not self._refill_on()  # refill selects over rounds
+        if self.model.training and early and self._scoring_passes_run():
             extra_fields = TRLGeneration(*result).extra_fields
             self._scored.early_keep = self._selection_from_rollout(extra_fields, len(prompts))
         return result
@@ -303,8 +305,12 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
         if self.args.reward_variance_filtering is None:
             self._record_samples(inputs, batch, None, None)
             return batch
-        filtered = self._filter_batch(batch)
-        self._record_samples(inputs, batch, self._filtered.keep_groups, self._filtered.keep_rows)
+        filtered = self._refill_and_filter(inputs, batch) if self._refill_on() else self._filter_batch(batch)
+        first_round = len(inputs) * self.accelerator.num_processes  # N_global: the sample log shows the first round
+        kept = self._filtered
+        self._record_samples(
+            inputs, batch, kept.keep_groups[: first_round // self.num_generations], kept.keep_rows[:first_round]
+        )
         return filtered
 
     def _record_samples(self, inputs: list[dict], batch: dict, keep_groups, keep_rows) -> None:
@@ -318,19 +324,26 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
         rewards = self._raw_rewards()  # (N_global,)
         decision = self._filter_decision(rewards)
         self._scored.row_values = self._ranking_row_values(batch)
-        keep_groups, keep_rows, guard_added, rule_kept_groups = self._keep_rows(rewards, decision)  # (P,), (N_global,)
+        kept = self._keep_rows(rewards, decision)  # (P,) groups, (N_global,) rows
         local_rows = num_rows(batch)
         start = self.accelerator.process_index * local_rows
         device = batch["completion_ids"].device
-        local_keep = keep_rows[start : start + local_rows].to(device)  # (B,)
+        local_keep = kept.keep_rows[start : start + local_rows].to(device)  # (B,)
         self._check_early_selection(local_keep)
 
-        used_advantages = self._kept_advantages(keep_rows)  # (N_global,), NaN on filtered rows
+        used_advantages = self._kept_advantages(kept.keep_rows)  # (N_global,), NaN on filtered rows
         if self._advantages_recomputed():
             batch["advantages"] = used_advantages[start : start + local_rows].to(device)
         self._show_used_advantages(used_advantages)
+        return self._keep_local_rows(batch, local_keep.nonzero().squeeze(1), rewards, kept, decision)
 
-        index = local_keep.nonzero().squeeze(1)
+    def _keep_local_rows(
+        self, batch: dict, index: torch.Tensor, rewards: torch.Tensor, kept: KeptRows, decision, empty_cause=None
+    ) -> dict:
+        """This process's rows `index` of `batch` (a placeholder row when it keeps none), and the record of the
+        filter's choice: `FilteredGeneration` and the `ragen2/filter/*` metrics. `rewards` (N,) and `kept` cover the
+        whole batch the filter chose from; `empty_cause` overrides the computed one (a refill that gave up)."""
+        keep_groups, keep_rows, guard_added, rule_kept_groups = kept
         if index.numel():
             filtered = trim_completion_padding(select_rows(batch, index), self.pad_to_multiple_of)
         else:
@@ -340,6 +353,8 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
         filtered["num_items_in_batch"] = self.accelerator.gather(loss_token_count(filtered)).sum()
 
         empty = not bool(keep_rows.any())
+        if empty and empty_cause is None:
+            empty_cause = filter_empty_cause(self.args, rewards, self.num_generations, decision)
         rollout_rule = self.args.reward_variance_filtering == WITHIN_GROUP  # keeps rollouts, not groups
         kept_fraction = (keep_rows if rollout_rule else keep_groups).float().mean().item()
         scaling = self.args.reward_variance_loss_scaling
@@ -347,7 +362,7 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
             keep_groups=keep_groups,
             local_kept_rows=index.numel(),
             empty=empty,
-            empty_cause=filter_empty_cause(self.args, rewards, self.num_generations, decision) if empty else None,
+            empty_cause=empty_cause if empty else None,
             loss_scale={"none": 1.0, "linear": kept_fraction, "sqrt": math.sqrt(kept_fraction)}[scaling],
             batch=filtered,  # laid out over the micro-steps by _prepare_inputs
             keep_rows=keep_rows,
@@ -558,7 +573,7 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
     def ragen2_state_files(self) -> list[str]:
         """The trainer's own state files of a checkpoint (`trl_ragen2.runs.run_folder`): the filter counters, the MI
         state when the diagnostics run, and TRL's adaptive entropy controller when it runs."""
-        files = [FILTER_STATE_FILE]
+        files = [*super().ragen2_state_files(), FILTER_STATE_FILE]
         if self.mi_diagnostics is not None:
             files.append(MI_STATE_FILE)
         if self.use_adaptive_entropy:
@@ -568,6 +583,7 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
     def save_ragen2_state(self, checkpoint_dir: str) -> None:
         """Write the trainer's RAGEN-2 state (filter counters and auto switch, MI EMA) into a checkpoint folder, each
         file through a temporary name and a rename."""
+        super().save_ragen2_state(checkpoint_dir)
         atomic_write_json(os.path.join(checkpoint_dir, FILTER_STATE_FILE), asdict(self.filter_state))
         if self.mi_diagnostics is not None:
             self.mi_diagnostics.save(checkpoint_dir)
@@ -575,6 +591,7 @@ class SNRFilteredGRPOTrainer(RunFolderMixin, GRPOTrainer):
     def load_ragen2_state(self, checkpoint_dir: str) -> None:
         """Restore the state [`save_ragen2_state`] wrote. A missing file is an error naming it, or a warning with
         `resume_allow_missing_state=True`; a damaged one is an error naming it."""
+        super().load_ragen2_state(checkpoint_dir)
         path = os.path.join(checkpoint_dir, FILTER_STATE_FILE)
         if self.resume_file_present(path):
             state = read_json_state(path, checkpoint_dir)

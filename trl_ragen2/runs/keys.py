@@ -101,6 +101,11 @@ FILTER_KEPT_ROLLOUT_FRACTION = filter_key("kept_rollout_fraction")  # "percentil
 FILTER_ROLLOUTS_PER_GROUP = filter_key("rollouts_per_group")  # the per-group k of those two rules
 FILTER_SCORING_ROWS_SKIPPED = filter_key("scoring_rows_skipped")
 FILTER_SKIPPED_UPDATES = filter_key("skipped_updates")
+# Dynamic sampling (reward_variance_refill): per generation step
+FILTER_GENERATION_ROUNDS = filter_key("generation_rounds")  # rounds generated, the first included
+FILTER_GROUPS_GENERATED_PER_KEPT = filter_key("groups_generated_per_kept")  # prompt groups made per group kept
+FILTER_PROMPTS_CONSUMED = filter_key("prompts_consumed")  # prompts drawn from the training sampler so far
+FILTER_REFILL_SECONDS = filter_key("refill_seconds")  # time spent generating and scoring the refill rounds
 
 # PPO: the critic and GAE (`ppo_stat_key` adds the statistics of the returns and advantages)
 PPO_KL = ppo_key("kl")
