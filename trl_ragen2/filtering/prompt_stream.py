@@ -15,8 +15,9 @@ next generation batch nobody has started, without upsetting either count:
   position (the sampler's shuffles depend only on how many passes it made), so it draws what an uninterrupted run
   draws.
 
-The stream owns its position; the trainer owns the stream (`SNRFilteredGRPOTrainer.get_train_dataloader`). Standard
-library only.
+The stream owns its position; the trainer owns the stream (`SNRFilteredGRPOTrainer.get_train_dataloader`). A new
+read runs under `torch.random.fork_rng`: a DataLoader draws each pass's base seed from the global generator, and a
+resumed run, which replays the passes before the Trainer restores that generator, must train on the same draws.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
+
+import torch
 
 
 class PromptStream:
@@ -88,15 +91,20 @@ class PromptStream:
         if self._replay is not None:
             self._fast_forward()
         if self._iterator is None:
-            self._iterator, self.passes_started = iter(self.loader), self.passes_started + 1
-        try:
-            item = next(self._iterator)
-        except StopIteration:
-            self._iterator, self.passes_started = iter(self.loader), self.passes_started + 1
-            item = next(self._iterator)  # a loader without items raises StopIteration here, as the Trainer expects
+            self._new_pass()
+        with torch.random.fork_rng(devices=[]):  # the loader's draws (a pass's base seed) leave the generator alone
+            try:
+                item = next(self._iterator)
+            except StopIteration:
+                self._new_pass()
+                item = next(self._iterator)  # a loader without items raises StopIteration, as the Trainer expects
         index = self.items_read
         self.items_read += 1
         return index, index // self.slot_size, item
+
+    def _new_pass(self) -> None:
+        self._iterator = iter(self.loader)
+        self.passes_started += 1
 
     # -----------------------------------------------------------------------------------------------------------
     # Checkpoints
