@@ -451,8 +451,8 @@ def test_sokoban_rollouts_train_ppo_with_turn_rewards(tmp_path, tiny_tokenizer):
     captured = []
     add_gae = trainer._add_gae_advantages
 
-    def recording_add_gae(batch, inputs, rows):
-        add_gae(batch, inputs, rows)
+    def recording_add_gae(batch, inputs, rows, **kwargs):
+        add_gae(batch, inputs, rows, **kwargs)
         captured.append((batch, inputs, rows))
 
     trainer._add_gae_advantages = recording_add_gae

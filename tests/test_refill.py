@@ -5,15 +5,17 @@ dataloader gives; the trainer's step against plain `GRPOTrainer`'s gradient on t
 run against an uninterrupted one.
 """
 
+from collections import Counter
+
 import pytest
 import torch
 
 from trl_ragen2.filtering.prompt_stream import PromptStream
 from trl_ragen2.filtering.refill import rows_in_pool_order, select_from_pool, share_of_rows
 
-from .exactness import assert_same_gradient, record_gradients
+from .exactness import EXACT, LOSS_TYPES, assert_same_gradient, loss_settings, plain_gradient_on, record_gradients
+from .ppo_helpers import ppo_trainer, record_critic_rows
 from .scripted import record_loss_rows, scripted_trainer, snapshot
-from .test_exact_updates import EXACT, LOSS_TYPES, loss_settings, plain_gradient_on
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -173,3 +175,17 @@ def test_a_resumed_run_draws_and_trains_what_the_uninterrupted_run_does(tmp_path
     assert full_rows[2:] == resumed_rows
     for name, param in full.model.named_parameters():
         torch.testing.assert_close(param, dict(resumed.model.named_parameters())[name], rtol=0, atol=0)
+
+
+def test_ppo_refill_trains_actor_and_critic_on_the_kept_groups_of_every_round(tmp_path, tiny_tokenizer):
+    trainer = ppo_trainer(tmp_path, tiny_tokenizer, prompts=PROMPTS, **REFILL)
+    actor_rows, critic_rows = record_loss_rows(trainer), record_critic_rows(trainer)
+    trainer.train()
+    assert [Counter(call) for call in actor_rows] == [Counter({"P2:": 4, "P1:": 4})]
+    assert [Counter(call) for call in critic_rows] == [Counter({"P2:": 4, "P1:": 4})]
+    log = trainer.state.log_history[0]
+    assert log["ragen2/filter/generation_rounds"] == 2
+    # Every token's return is its row's own reward (gamma = lambda = 1): completions of 2-5 tokens, the odd ones paid
+    # 10 in P2's group (round 1) and 1 in P1's (round 2); the mean is over the 28 model tokens.
+    assert log["ragen2/ppo/returns/min"] == 0.0 and log["ragen2/ppo/returns/max"] == 10.0
+    assert log["ragen2/ppo/returns/mean"] == pytest.approx((3 * 10 + 5 * 10 + 3 * 1 + 5 * 1) / 28)

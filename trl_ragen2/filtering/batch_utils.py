@@ -14,6 +14,9 @@ import torch
 
 
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
+# Each row's index in the batch the filter chose from (the generation batch, or a refill's pool), where a trainer
+# needs it after filtering (the PPO trainer's returns and turn rewards); removed before the micro-steps.
+ROW_INDEX_KEY = "ragen2_row_index"
 LOSS_MASK_KEYS = ("completion_mask", "tool_mask")
 # Keys holding images or per-image data: their first dimension is not the row dimension.
 MULTIMODAL_KEYS = (

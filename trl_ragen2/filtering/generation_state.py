@@ -83,7 +83,8 @@ class FilteredGeneration:
     - `_compute_loss`: `loss_scale`;
     - `EmptyStepGuard.on_step_end`, through the trainer's `filtered_generation`: `empty_cause`, for the message
       that stops training;
-    - `SNRFilteredPPOTrainer`: `local_kept_rows` (a process that kept nothing trains on placeholders).
+    - `SNRFilteredPPOTrainer`: `local_kept_rows` (a process that kept nothing trains on placeholders), and a refill's
+      `pool_inputs`.
     """
 
     keep_groups: torch.Tensor  # (P,) bool: the kept prompt groups of the whole batch, the same on every process
@@ -94,3 +95,6 @@ class FilteredGeneration:
     batch: dict | None  # the kept rows (a placeholder row when this process kept none), until laid out
     micro_steps: list[MicroStep] = field(default_factory=list)  # the generation's micro-steps, once laid out
     keep_rows: torch.Tensor | None = None  # (N_global,) bool: the kept rollouts of the whole batch
+    # A refill's dataset rows of every round and process, in pool order (the PPO trainer's turn rewards read them);
+    # None without refill, or when no trainer tagged its rows (`ROW_INDEX_KEY`)
+    pool_inputs: list[dict[str, Any]] | None = None

@@ -21,10 +21,11 @@ import os
 import time
 
 import torch
+from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from ..filtering.advantages import used_advantages
-from ..filtering.batch_utils import PROMPT_KEYS, is_row_tensor, num_rows
+from ..filtering.batch_utils import PROMPT_KEYS, ROW_INDEX_KEY, is_row_tensor, num_rows
 from ..filtering.generation_state import ScoredGeneration, weighted_rewards
 from ..filtering.prompt_stream import PromptStream
 from ..filtering.refill import rows_in_pool_order, select_from_pool, share_of_rows
@@ -85,10 +86,12 @@ class RefillMixin:
         this process's share of the kept rows. `inputs` / `batch`: the first round, already made and scored."""
         args, G = self.args, self.num_generations
         target = args.reward_variance_refill_target_groups or args.generation_batch_size // G
-        rounds = [(batch, self._scored.rewards_per_func)]  # per round: local batch, (N_global, F) rewards
+        rounds = [
+            (inputs, batch, self._scored.rewards_per_func)
+        ]  # per round: rows, local batch, (N_global, F) rewards
         seconds = 0.0
         while True:
-            rewards_per_func = torch.cat([r for _, r in rounds])  # (R * N_global, F), round after round
+            rewards_per_func = torch.cat([r for _, _, r in rounds])  # (R * N_global, F), round after round
             rewards = weighted_rewards(rewards_per_func, self.reward_weights)  # (R * N_global,)
             decision = self._filter_decision(rewards)
             rule = self._keep_rows(rewards, decision)
@@ -106,7 +109,7 @@ class RefillMixin:
             round_inputs = self.prompt_stream.draw()
             self._scored = ScoredGeneration(rows=round_inputs)
             round_batch = GRPOTrainer._generate_and_score_completions(self, round_inputs)  # TRL's, unfiltered
-            rounds.append((round_batch, self._scored.rewards_per_func))
+            rounds.append((round_inputs, round_batch, self._scored.rewards_per_func))
             seconds += time.perf_counter() - started
         self._scored.rewards_per_func = rewards_per_func  # the PPO trainer's returns read the pool's rewards
 
@@ -122,7 +125,7 @@ class RefillMixin:
             )
             keep_groups = torch.zeros_like(keep_groups)
         keep_rows = keep_groups.repeat_interleave(G)  # (R * N_global,)
-        pool = self._gather_pool([b for b, _ in rounds])
+        pool = self._gather_pool([b for _, b, _ in rounds])
         used = used_advantages(
             keep_rows,
             pool["advantages"].float().cpu(),
@@ -134,12 +137,17 @@ class RefillMixin:
             aggregation=self.multi_objective_aggregation,
         )
         pool["advantages"] = used.nan_to_num(0.0).to(pool["advantages"])
-        self._show_used_advantages(used[-rounds[-1][1].size(0) :])  # TRL's table holds the last round
+        self._show_used_advantages(used[-rounds[-1][2].size(0) :])  # TRL's table holds the last round
+        tagged = ROW_INDEX_KEY in batch  # a trainer needs each kept row's place in the pool (the PPO trainer)
+        if tagged:
+            pool[ROW_INDEX_KEY] = torch.arange(keep_rows.numel(), device=pool["completion_ids"].device)
         share = share_of_rows(
             keep_rows.nonzero().squeeze(1), self.accelerator.num_processes, self.accelerator.process_index
         )
         kept = KeptRows(keep_groups, keep_rows, rule.guard_added, rule.rule_kept_groups)
         filtered = self._keep_local_rows(pool, share.to(pool["completion_ids"].device), rewards, kept, decision, cause)
+        if tagged:
+            self._filtered.pool_inputs = [row for rows, _, _ in rounds for row in self._gathered(rows)]
         self._log_refill(len(rounds), int(keep_groups.sum()), seconds)
         return filtered
 
@@ -148,6 +156,8 @@ class RefillMixin:
         rows = num_rows(batches[0])
         local = {}
         for key, value in batches[0].items():
+            if key == ROW_INDEX_KEY:
+                continue  # the pool gets its own index
             if not is_row_tensor(value, rows):
                 local[key] = value
                 continue
@@ -168,6 +178,10 @@ class RefillMixin:
                 value = self._padded(key, value, width)
             pool[key] = self.accelerator.gather(value)[order.to(value.device)]  # (R * N_global, ...)
         return pool
+
+    def _gathered(self, rows: list[dict]) -> list[dict]:
+        """One round's dataset rows of every process, in TRL's global order."""
+        return rows if self.accelerator.num_processes == 1 else gather_object(rows)
 
     def _padded(self, key: str, tensor: torch.Tensor, width: int) -> torch.Tensor:
         """`tensor` (B, L) padded to (B, width): prompts on the left, completion-aligned tensors on the right."""

@@ -166,12 +166,6 @@ class SNRFilteredPPOConfig(SNRFilteredGRPOConfig):
     def validate_ppo_fields(self) -> None:
         """Check the PPO fields (gamma, lam, critic_learning_rate, vf_coef, cliprange_value, kl_in_reward with
         beta); a `ValueError` naming the field and the fix otherwise."""
-        if self.reward_variance_refill is not None:
-            raise ValueError(
-                f"reward_variance_refill={self.reward_variance_refill!r} is not available with PPO yet: GAE runs on "
-                "the kept rows of one generation batch and its turn rewards on this process's rows; use "
-                "SNRFilteredGRPOTrainer for dynamic sampling, or reward_variance_refill=None"
-            )
         if self.grad_report_every_n_steps:
             raise ValueError(
                 f"grad_report_every_n_steps={self.grad_report_every_n_steps} is not available with PPO: the report "

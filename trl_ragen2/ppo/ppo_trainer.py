@@ -33,6 +33,7 @@ from transformers.optimization import GreedyLR
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import disable_dropout_in_model
 
+from ..filtering.batch_utils import ROW_INDEX_KEY
 from ..grpo.grpo_trainer import RAGEN2_PAPER, SNRFilteredGRPOTrainer
 from ..runs import keys
 from ..runs.checkpoints import atomic_torch_save, load_errors_named
@@ -60,9 +61,6 @@ from .ppo_config import SNRFilteredPPOConfig
 
 
 logger = logging.getLogger(__name__)
-
-# Per-row index into the generation batch, added before filtering and removed right after.
-ROW_INDEX_KEY = "ragen2_row_index"
 
 
 class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
@@ -226,11 +224,15 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         rows = batch.pop(ROW_INDEX_KEY, None)  # evaluation is never filtered, so it has no index
         if rows is None:
             rows = torch.arange(batch["completion_ids"].size(0))
+        filtered = self.filtered_generation if self.model.training else None
+        pool = filtered.pool_inputs if filtered is not None else None  # a refill's rounds, every process's rows
         # In place: with filtering, SNRFilteredGRPOTrainer re-splits this very dict into micro-batches.
-        self._add_gae_advantages(batch, inputs, rows.tolist())
+        self._add_gae_advantages(batch, inputs if pool is None else pool, rows.tolist(), pooled=pool is not None)
         return batch
 
-    def _add_gae_advantages(self, batch: dict, inputs: list[dict], rows: list[int]) -> None:
+    def _add_gae_advantages(self, batch: dict, inputs: list[dict], rows: list[int], pooled: bool = False) -> None:
+        """GAE advantages, returns and values of the kept rows `rows` of `inputs`: this process's dataset rows, or
+        with `pooled` the rows of every process and round of a refill (then `rows` index the whole pool)."""
         args, device = self.args, batch["completion_ids"].device
         mode = "train" if self.model.training else "eval"
         mask = batch["completion_mask"].float()
@@ -238,7 +240,7 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
             mask = mask * batch["tool_mask"]  # (B, T) 1 on model tokens only
 
         # Trajectory return of each kept row: this process's slice of the global raw rewards, as TRL slices them.
-        start = self.accelerator.process_index * len(inputs)
+        start = 0 if pooled else self.accelerator.process_index * len(inputs)
         local_returns = self._raw_rewards()[start : start + len(inputs)]
         returns = local_returns[torch.tensor(rows, dtype=torch.long)].to(device)  # (B,)
         scored = torch.isfinite(returns).float()  # rows no reward function scored carry no signal
@@ -261,7 +263,7 @@ class SNRFilteredPPOTrainer(SNRFilteredGRPOTrainer):
         batch["rollout_scored"] = scored  # (B,) the critic loss mask is completion_mask * tool_mask * this
         self._log_rollout_metrics(mode, mask, values, targets, raw_advantages)
         self._show_gae_advantages(
-            advantages, mask, rows, start, total_rows=len(inputs) * self.accelerator.num_processes
+            advantages, mask, rows, start, total_rows=len(inputs) * (1 if pooled else self.accelerator.num_processes)
         )
 
     def _show_gae_advantages(self, advantages, mask, rows: list[int], start: int, total_rows: int) -> None:
