@@ -10,12 +10,21 @@ from collections import Counter
 import pytest
 import torch
 
+from trl_ragen2 import SNRFilteredGRPOTrainer
 from trl_ragen2.filtering.prompt_stream import PromptStream
 from trl_ragen2.filtering.refill import rows_in_pool_order, select_from_pool, share_of_rows
 
-from .exactness import EXACT, LOSS_TYPES, assert_same_gradient, loss_settings, plain_gradient_on, record_gradients
+from .exactness import (
+    EXACT,
+    LOSS_TYPES,
+    assert_same_gradient,
+    loss_settings,
+    make_trainer,
+    plain_gradient_on,
+    record_gradients,
+)
 from .ppo_helpers import ppo_trainer, record_critic_rows
-from .scripted import record_loss_rows, scripted_trainer, snapshot
+from .scripted import parity_reward_for, record_loss_rows, scripted_trainer, snapshot
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -125,6 +134,20 @@ def test_a_refilled_step_equals_plain_grpo_on_the_kept_groups_of_both_rounds(tmp
     log = trainer.state.log_history[0]
     assert log["ragen2/filter/generation_rounds"] == 2 and log["ragen2/filter/kept_rows"] == 8
     reference = plain_gradient_on(tmp_path, tiny_tokenizer, ["P2:", "P1:"], **settings)
+    assert_same_gradient(grads.steps[0], reference)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "vespo"])
+def test_rounds_of_different_widths_are_padded_to_one_batch(tmp_path, tiny_tokenizer, loss_type):
+    long = "P1: a prompt much longer than the others:"
+    amplitudes = {"P0:": 0.0, "P2:": 10.0, "P3:": 0.0, long: 1.0}
+    settings = loss_settings(loss_type, 0.05)
+    trainer = make_trainer(tmp_path / "refill", tiny_tokenizer, SNRFilteredGRPOTrainer, ["P0:", "P2:", "P3:", long],
+                           reward_funcs=parity_reward_for(amplitudes), **REFILL, **EXACT, **settings)  # fmt: skip
+    grads = record_gradients(trainer)
+    trainer.train()
+    assert trainer.state.log_history[0]["ragen2/filter/generation_rounds"] == 2
+    reference = plain_gradient_on(tmp_path, tiny_tokenizer, ["P2:", long], parity_reward_for(amplitudes), **settings)
     assert_same_gradient(grads.steps[0], reference)
 
 

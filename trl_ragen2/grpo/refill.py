@@ -188,7 +188,8 @@ class RefillMixin:
         missing = width - tensor.size(1)
         if missing <= 0:
             return tensor
-        value = self.pad_token_id if key in ("prompt_ids", "completion_ids") else PAD_VALUES.get(key, 0)
+        tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)  # a processor holds one
+        value = tokenizer.pad_token_id if key in ("prompt_ids", "completion_ids") else PAD_VALUES.get(key, 0)
         pad = torch.full((tensor.size(0), missing, *tensor.shape[2:]), value, dtype=tensor.dtype, device=tensor.device)
         return torch.cat([pad, tensor] if key in PROMPT_KEYS else [tensor, pad], dim=1)
 
@@ -196,6 +197,7 @@ class RefillMixin:
         prompts_per_round = self.args.generation_batch_size // self.num_generations
         metrics = self._metrics["train"]
         metrics[keys.FILTER_GENERATION_ROUNDS].append(float(rounds))
-        metrics[keys.FILTER_GROUPS_GENERATED_PER_KEPT].append(rounds * prompts_per_round / max(kept_groups, 1))
+        per_kept = rounds * prompts_per_round / kept_groups if kept_groups else float("nan")  # NaN: none kept
+        metrics[keys.FILTER_GROUPS_GENERATED_PER_KEPT].append(per_kept)
         metrics[keys.FILTER_PROMPTS_CONSUMED].append(float(self.prompt_stream.slots_started() * prompts_per_round))
         metrics[keys.FILTER_REFILL_SECONDS].append(seconds)
