@@ -2,7 +2,7 @@
 
 Run as a script (vLLM's engine needs a `__main__` guard and one engine per process):
 
-    python tests/vllm/colocate_run.py --trainer grpo --steps 3 [--multi_turn] [--lora] [--out result.json]
+    python tests/vllm/colocate_run.py --trainer grpo --steps 3 [--multi_turn] [--lora] [--refill] [--out result.json]
     torchrun --nproc_per_node 2 tests/vllm/colocate_run.py ...    (one engine per process; --out gets `.rank<N>`)
 
 It trains the tiny model (2 heads of 32, which vLLM's CPU attention supports) with a float32 engine, then
@@ -73,6 +73,12 @@ def length_reward(completion_ids, **kwargs):
     return [float(len(ids) % 3) for ids in completion_ids]
 
 
+def one_prompt_reward(prompts, completion_ids, **kwargs):
+    """The parity of the token ids' sum on "Go left or right?" (it varies within a group however long the
+    completions are) and 0 on "Say a number:": a refill targeting both groups of the batch needs a second round."""
+    return [float(sum(ids) % 2) if "Go" in str(p) else 0.0 for p, ids in zip(prompts, completion_ids, strict=True)]
+
+
 def build_trainer(options, output_dir):
     import torch
     from datasets import Dataset
@@ -105,6 +111,8 @@ def build_trainer(options, output_dir):
         mi_engine=options.mi_engine,
         **CPU_TRAINING_KWARGS,
     )
+    if options.refill:
+        kwargs.update(reward_variance_refill="nonzero_variance", shuffle_dataset=False)
     if torch.cuda.is_available():  # the same run on a GPU machine (tests/gpu/run_gpu_checks.sh): train on CUDA too
         kwargs.update(use_cpu=False, vllm_gpu_memory_utilization=0.2)
     peft_config = None
@@ -112,7 +120,7 @@ def build_trainer(options, output_dir):
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "up_proj"])
-    rollout_func, reward = None, length_reward
+    rollout_func, reward = None, one_prompt_reward if options.refill else length_reward
     if options.multi_turn:
         from trl_ragen2 import RagenRollout, RolloutConfig, env_return
         from trl_ragen2_envs.datasets import build_rows
@@ -140,6 +148,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--multi_turn", action="store_true")
     parser.add_argument("--lora", action="store_true")
+    parser.add_argument("--refill", action="store_true", help="dynamic sampling: a second round every step")
     parser.add_argument("--mi_engine", choices=["vllm", "auto", "transformers"], default="vllm")
     parser.add_argument("--out")
     options = parser.parse_args(argv)
@@ -200,6 +209,10 @@ def main(argv=None):
             ),
             "torch_threads": torch.get_num_threads(),
             "world_size": trainer.accelerator.num_processes,
+            "generation_rounds": [
+                row["ragen2/filter/generation_rounds"] for row in history if "ragen2/filter/generation_rounds" in row
+            ],
+            "kept_rows": [row["ragen2/filter/kept_rows"] for row in history if "ragen2/filter/kept_rows" in row],
             "num_groups": [row["ragen2/filter/num_groups"] for row in history if "ragen2/filter/num_groups" in row],
             "trained_logps": trained,  # the replicas of a data-parallel run must hold the same weights
         }

@@ -52,6 +52,17 @@ def test_engine_samples_from_the_current_policy(tmp_path, flags):
     assert not result["nan_in_history"]
 
 
+def test_refill_rounds_generate_through_the_engine_with_the_current_weights(tmp_path):
+    result = run(tmp_path, "--trainer", "grpo", "--refill")
+    assert result["steps"] == 3
+    # every step: a round keeps at most its "Go left or right?" group, so the target of two groups takes at least a
+    # second round (a third when a group's lengths happen not to vary); every round sampled from the current
+    # weights (TRL's importance-sampling metric covers every round's rows)
+    assert [rounds >= 2 for rounds in result["generation_rounds"]] == [True] * 3 and max(result["kept_rows"]) > 0
+    assert max(result["sampling_logp_difference_max"]) < FLOAT32_TOLERANCE
+    assert result["engine_vs_policy_max"] < FLOAT32_TOLERANCE
+
+
 def test_multi_turn_rollout_generates_through_the_engine(tmp_path):
     result = run(tmp_path, "--trainer", "ppo", "--multi_turn", "--lora")
     assert result["steps"] == 3
