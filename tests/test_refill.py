@@ -13,6 +13,7 @@ import torch
 from trl_ragen2 import SNRFilteredGRPOTrainer
 from trl_ragen2.filtering.prompt_stream import PromptStream
 from trl_ragen2.filtering.refill import rows_in_pool_order, select_from_pool, share_of_rows
+from trl_ragen2.runs.samples import read_samples
 
 from .exactness import (
     EXACT,
@@ -212,3 +213,12 @@ def test_ppo_refill_trains_actor_and_critic_on_the_kept_groups_of_every_round(tm
     # 10 in P2's group (round 1) and 1 in P1's (round 2); the mean is over the 28 model tokens.
     assert log["ragen2/ppo/returns/min"] == 0.0 and log["ragen2/ppo/returns/max"] == 10.0
     assert log["ragen2/ppo/returns/mean"] == pytest.approx((3 * 10 + 5 * 10 + 3 * 1 + 5 * 1) / 28)
+
+
+def test_the_sample_log_shows_the_first_round_and_counts_the_rounds(tmp_path, tiny_tokenizer):
+    trainer = scripted_trainer(tmp_path, tiny_tokenizer, prompts=PROMPTS, sample_log_every_n_steps=1, **REFILL)
+    trainer.train()
+    (record,), _ = read_samples(tmp_path / "out" / "samples.jsonl")
+    assert record["generation_rounds"] == 2 and record["refill_kept_groups"] == 2
+    assert record["num_groups"] == 2  # the first round's groups, P0 and P2: P2 kept, P0 not
+    assert sorted((g["prompt"], g["kept"]) for g in record["groups"]) == [("P0:", False), ("P2:", True)]

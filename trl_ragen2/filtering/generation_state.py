@@ -98,3 +98,4 @@ class FilteredGeneration:
     # A refill's dataset rows of every round and process, in pool order (the PPO trainer's turn rewards read them);
     # None without refill, or when no trainer tagged its rows (`ROW_INDEX_KEY`)
     pool_inputs: list[dict[str, Any]] | None = None
+    rounds: int = 1  # generation rounds the filter chose from (more than 1 with refill)

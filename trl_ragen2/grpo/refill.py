@@ -146,6 +146,7 @@ class RefillMixin:
         )
         kept = KeptRows(keep_groups, keep_rows, rule.guard_added, rule.rule_kept_groups)
         filtered = self._keep_local_rows(pool, share.to(pool["completion_ids"].device), rewards, kept, decision, cause)
+        self._filtered.rounds = len(rounds)
         if tagged:
             self._filtered.pool_inputs = [row for rows, _, _ in rounds for row in self._gathered(rows)]
         self._log_refill(len(rounds), int(keep_groups.sum()), seconds)

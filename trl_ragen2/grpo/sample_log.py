@@ -104,8 +104,19 @@ class SampleRecorder:
                     "rollouts": rollouts,
                 }
             )
+        filtered = trainer.filtered_generation
+        rounds = filtered.rounds if keep_groups is not None and filtered is not None else 1
+        first_round = (
+            {  # with refill, the groups shown are the first round's of the pool the filter chose from
+                "generation_rounds": rounds,
+                "refill_kept_groups": int(filtered.keep_groups.sum()),
+            }
+            if rounds > 1
+            else {}
+        )
         return {
-            keys.SAMPLE_NUM_GROUPS: len(variance),
+            **first_round,
+            keys.SAMPLE_NUM_GROUPS: len(variance) // rounds,
             keys.SAMPLE_GROUPS: groups,
             "filter": trainer.args.reward_variance_filtering,
             "reward_funcs": list(trainer.reward_func_names),
