@@ -263,6 +263,8 @@ function renderSteps() {
       col.appendChild(el("div", "notes", `step ${rec.step}${rec.step !== step ? " (nearest logged before " + step + ")" : ""}: ` +
         `${rec.groups.length} of ${text(rec.num_groups)} groups logged, ` +
         (rec.filter ? `${kept} kept by the filter (${text(rec.filter)})` : "no filter: every group trains") +
+        (rec.generation_rounds > 1 ? `; the first of ${rec.generation_rounds} generation rounds (refill: ` +
+          `${text(rec.refill_kept_groups)} groups kept over all rounds)` : "") +
         `; sorted by reward variance`));
       const groups = rec.groups.slice().sort((a, b) => score(b.variance) - score(a.variance));
       for (const g of groups) col.appendChild(groupCard(g, rec.group_size));
