@@ -62,3 +62,11 @@ def test_ci_runs_the_readme_test_command():
     commands = [line for line in quickstart.splitlines() if line.strip() and not line.startswith("#")]
     assert len(commands) == 2, "the quickstart is exactly two commands"
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_gpu_script_installs_the_vllm_range_trl_supports():
+    script = (ROOT / "tests" / "gpu" / "run_gpu_checks.sh").read_text()
+    spec = re.search(r'^VLLM_SPEC="([^"]+)"', script, re.M).group(1)
+    extra = next(s for s in pyproject()["project"]["optional-dependencies"]["vllm"] if s.startswith("vllm"))
+    assert spec == extra and "<=" in spec  # an unpinned vLLM brings its own, newer CUDA torch
+    assert '"$VLLM_SPEC"' in script and 'install -q "vllm"' not in script
