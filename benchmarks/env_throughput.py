@@ -157,7 +157,7 @@ def bench_env_steps(args, baseline_ns: float) -> list[Row]:
 
 def bench_sokoban_generation(args, baseline_ns: float) -> list[Row]:
     from trl_ragen2_envs.sokoban import SokobanEnv
-    from trl_ragen2_envs.sokoban_generation import generate_room
+    from trl_ragen2_envs.sokoban.generation import generate_room
 
     section = "sokoban 6x6, 1 box"
     rng = np.random.default_rng(0)

@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from trl_ragen2_envs.deepcoder import CodeTest, run_tests
-from trl_ragen2_envs.sandbox import Sandbox
+from trl_ragen2_envs.deepcoder.sandbox import Sandbox
 from trl_ragen2_envs.searchqa import BM25Retriever, HTTPRetriever, RetrievalServer, SearchQAEnv, build_world
 from trl_ragen2_envs.searchqa.questions import sample_question
 

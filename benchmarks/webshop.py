@@ -34,8 +34,8 @@ import time
 import numpy as np
 
 from trl_ragen2_envs.webshop import WebShopEnv
+from trl_ragen2_envs.webshop.catalog.prepare import prepared_data_dir
 from trl_ragen2_envs.webshop.data import DATA_DIR_ENV_VAR, ShopConfig, build_shop
-from trl_ragen2_envs.webshop.prepare import prepared_data_dir
 
 
 SEARCH_P50_TARGET_MS = {"1k": 2.0, "100k": 25.0}

@@ -11,10 +11,10 @@ from .base import StepResult, TextEnv, check_env_keywords, invalid_step
 
 # name -> "module:Class"; modules are relative to this package
 ENVIRONMENTS = {
-    "sokoban": "sokoban:SokobanEnv",
-    "frozen_lake": "frozen_lake:FrozenLakeEnv",
-    "countdown": "countdown:CountdownEnv",
-    "metamathqa": "metamathqa:MetaMathQAEnv",
+    "sokoban": "sokoban.env:SokobanEnv",
+    "frozen_lake": "frozen_lake.env:FrozenLakeEnv",
+    "countdown": "countdown.env:CountdownEnv",
+    "metamathqa": "metamathqa.env:MetaMathQAEnv",
     "webshop": "webshop.env:WebShopEnv",
     "searchqa": "searchqa.env:SearchQAEnv",
     "deepcoder": "deepcoder.env:DeepCoderEnv",

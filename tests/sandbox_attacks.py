@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from trl_ragen2_envs.deepcoder import DeepCoderEnv
-from trl_ragen2_envs.sandbox import SandboxConfig
+from trl_ragen2_envs.deepcoder.sandbox import SandboxConfig
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -49,7 +49,7 @@ def test_test_modules_import_only_helper_modules():
 # ---------------------------------------------------------------------------------------------------------------
 # The sandbox's interface
 
-SANDBOX = "trl_ragen2_envs.sandbox"
+SANDBOX = "trl_ragen2_envs.deepcoder.sandbox"
 PACKAGES = {"envs": "trl_ragen2_envs", "trl_ragen2": "trl_ragen2"}  # folder -> import name
 
 
@@ -70,9 +70,9 @@ def imported_modules(path: Path) -> list[str]:
 
 
 def test_code_outside_the_sandbox_uses_its_interface_only():
-    """DeepCoder (and any other code task), the recipes and the benchmarks import `trl_ragen2_envs.sandbox`, never
-    one of its modules; only the sandbox's own tests reach inside."""
-    inside = ROOT / "envs" / "sandbox"
+    """DeepCoder (and any other code task), the recipes and the benchmarks import
+    `trl_ragen2_envs.deepcoder.sandbox`, never one of its modules; only the sandbox's own tests reach inside."""
+    inside = ROOT / "envs" / "deepcoder" / "sandbox"
     paths = [
         path for folder in ("envs", "recipes", "benchmarks", "trl_ragen2") for path in (ROOT / folder).rglob("*.py")
     ]

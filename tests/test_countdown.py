@@ -20,7 +20,8 @@ from trl_ragen2_envs.countdown import (
     load_problems,
     solvable_with_plus_minus,
 )
-from trl_ragen2_envs.countdown_rules import (
+from trl_ragen2_envs.countdown.python_arithmetic import MAX_DEPTH, MAX_SOURCE_CHARS
+from trl_ragen2_envs.countdown.rules import (
     MAX_EXPRESSION_CHARS,
     MAX_NESTING,
     RAGEN_MAX_DIGITS,
@@ -29,7 +30,6 @@ from trl_ragen2_envs.countdown_rules import (
     ragen_numbers_match,
     score_answer,
 )
-from trl_ragen2_envs.python_arithmetic import MAX_DEPTH, MAX_SOURCE_CHARS
 
 from .tool_env_helpers import run_scripted_grpo_step
 

@@ -31,8 +31,8 @@ from trl_ragen2_envs.deepcoder import (
     values_match,
 )
 from trl_ragen2_envs.deepcoder.env import TOOL_INSTRUCTIONS
-from trl_ragen2_envs.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
-from trl_ragen2_envs.sandbox.isolation import find_bwrap
+from trl_ragen2_envs.deepcoder.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
+from trl_ragen2_envs.deepcoder.sandbox.isolation import find_bwrap
 
 from .sandbox_attacks import MODE_SETTINGS
 from .tool_env_helpers import run_scripted_grpo_step

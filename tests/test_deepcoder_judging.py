@@ -20,10 +20,10 @@ from trl_ragen2_envs.deepcoder import (
 )
 from trl_ragen2_envs.deepcoder import env as env_module
 from trl_ragen2_envs.deepcoder.assertions import private_random, run_assertion_test
-from trl_ragen2_envs.sandbox import CandidateError, CandidateFailure, Sandbox
-from trl_ragen2_envs.sandbox.channel import MAX_JSON_DEPTH, ReplyError, json_depth, parse_reply
-from trl_ragen2_envs.sandbox.plain import PlainValueError, decode, encode
-from trl_ragen2_envs.sandbox.runner import mirror_exception
+from trl_ragen2_envs.deepcoder.sandbox import CandidateError, CandidateFailure, Sandbox
+from trl_ragen2_envs.deepcoder.sandbox.channel import MAX_JSON_DEPTH, ReplyError, json_depth, parse_reply
+from trl_ragen2_envs.deepcoder.sandbox.plain import PlainValueError, decode, encode
+from trl_ragen2_envs.deepcoder.sandbox.runner import mirror_exception
 
 from .sandbox_attacks import HUMANEVAL_RECORD
 
@@ -141,7 +141,7 @@ def test_a_session_returns_plain_values_built_here(sandbox):
 
 
 def test_a_sandbox_that_cannot_start_fails_the_test_without_raising(sandbox, monkeypatch):
-    from trl_ragen2_envs.sandbox import runner as runner_module
+    from trl_ragen2_envs.deepcoder.sandbox import runner as runner_module
 
     def no_processes_left(*args, **kwargs):
         raise BlockingIOError(11, "Resource temporarily unavailable")
@@ -155,7 +155,7 @@ def test_a_sandbox_that_cannot_start_fails_the_test_without_raising(sandbox, mon
 def harness_failing_first(sandbox, monkeypatch, failures: int) -> list[int]:
     """Make the first `failures` harness starts die before the program runs (exit 7, a note on stderr); returns
     the list of start counts, appended to at each start."""
-    from trl_ragen2_envs.sandbox import runner as runner_module
+    from trl_ragen2_envs.deepcoder.sandbox import runner as runner_module
 
     real, starts = runner_module.HarnessProcess, []
 

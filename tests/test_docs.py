@@ -390,7 +390,7 @@ def test_documented_defaults_match_the_code():
 
 
 def test_sandbox_page_lists_every_sandbox_config_field_with_its_default():
-    from trl_ragen2_envs.sandbox import SandboxConfig
+    from trl_ragen2_envs.deepcoder.sandbox import SandboxConfig
 
     rows = table_defaults(DOCS / "sandbox.md")
     fields = dataclasses.fields(SandboxConfig)

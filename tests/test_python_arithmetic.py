@@ -1,5 +1,5 @@
-"""The safe evaluator of Python arithmetic (trl_ragen2_envs.python_arithmetic): Python's values and errors on the
-arithmetic subset, refusals outside it, and bounds that hold on hostile text."""
+"""The safe evaluator of Python arithmetic (trl_ragen2_envs.countdown.python_arithmetic): Python's values and
+errors on the arithmetic subset, refusals outside it, and bounds that hold on hostile text."""
 
 import math
 
@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ragen2_envs.python_arithmetic import MAX_DEPTH, MAX_INT_BITS, MAX_NODES, MAX_SOURCE_CHARS, Refused, evaluate
+from trl_ragen2_envs.countdown.python_arithmetic import (
+    MAX_DEPTH,
+    MAX_INT_BITS,
+    MAX_NODES,
+    MAX_SOURCE_CHARS,
+    Refused,
+    evaluate,
+)
 
 
 @pytest.mark.parametrize(

@@ -28,11 +28,11 @@ from pathlib import Path
 import pytest
 
 from trl_ragen2_envs.deepcoder import DeepCoderEnv, sandbox_isolation
-from trl_ragen2_envs.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
-from trl_ragen2_envs.sandbox import isolation as isolation_module
-from trl_ragen2_envs.sandbox.identity import UidLease, kill_processes_of, remove_files_of
-from trl_ragen2_envs.sandbox.isolation import find_bwrap
-from trl_ragen2_envs.sandbox.shared_copy import executable_by_others, origin_library_dirs, shared_copy
+from trl_ragen2_envs.deepcoder.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
+from trl_ragen2_envs.deepcoder.sandbox import isolation as isolation_module
+from trl_ragen2_envs.deepcoder.sandbox.identity import UidLease, kill_processes_of, remove_files_of
+from trl_ragen2_envs.deepcoder.sandbox.isolation import find_bwrap
+from trl_ragen2_envs.deepcoder.sandbox.shared_copy import executable_by_others, origin_library_dirs, shared_copy
 
 from .sandbox_attacks import ATTACKS, MODE_SETTINGS, ROOT, env_factory
 

@@ -397,7 +397,7 @@ def shop_kwargs(tmp_path_factory):
 
 
 def test_webshop_ui_caps_request_size_and_keeps_messages_out_of_the_cookie(shop_kwargs, tmp_path):
-    from trl_ragen2_envs.webshop.server import MAX_MESSAGE_CHARS, create_app
+    from trl_ragen2_envs.webshop.ui.server import MAX_MESSAGE_CHARS, create_app
 
     client = create_app(log_dir=str(tmp_path), **shop_kwargs).test_client()
     client.get("/")
@@ -438,7 +438,7 @@ def write_hostile_log_folder(folder, good_line: str) -> None:
 
 def test_replay_survives_a_hostile_log_folder(shop_kwargs, tmp_path):
     from trl_ragen2_envs.webshop import WebShopEnv
-    from trl_ragen2_envs.webshop.server import create_app
+    from trl_ragen2_envs.webshop.ui.server import create_app
 
     env = WebShopEnv(split="test", log_path=str(tmp_path / "agent.log"), **shop_kwargs)
     env.reset(seed=1)
@@ -497,7 +497,7 @@ def test_webshop_log_lines_are_bounded_and_hold_lone_surrogates(shop_kwargs, tmp
 @pytest.fixture
 def math_judge():
     pytest.importorskip("math_verify")
-    from trl_ragen2_envs import math_judge as module
+    from trl_ragen2_envs.metamathqa import judge as module
 
     yield module
     module._WORKER.stop()  # no judging process outlives the test
@@ -563,6 +563,8 @@ def test_the_first_judgement_of_a_process_does_not_spend_its_budget_on_imports()
     pytest.importorskip("math_verify")
     import subprocess
 
-    code = "from trl_ragen2_envs.math_judge import math_verify_verdict as v; print(v('a^2-b^2', '(a-b)(a+b)', 0.5))"
+    code = (
+        "from trl_ragen2_envs.metamathqa.judge import math_verify_verdict as v; print(v('a^2-b^2', '(a-b)(a+b)', 0.5))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "equal", result.stderr[-500:]  # cold imports alone take longer than 0.5 s

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from trl_ragen2_envs import make_env
 from trl_ragen2_envs.sokoban import SokobanEnv, SokobanToolEnv
-from trl_ragen2_envs.sokoban_generation import SokobanRoom, generate_room, solve
+from trl_ragen2_envs.sokoban.generation import SokobanRoom, generate_room, solve
 
 from .tool_env_helpers import run_scripted_grpo_step
 

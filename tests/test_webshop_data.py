@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
-from trl_ragen2_envs.webshop import catalog_gen
+from trl_ragen2_envs.webshop.catalog import generation as catalog_gen
+from trl_ragen2_envs.webshop.catalog.jsonstream import iter_json_array, iter_json_object
+from trl_ragen2_envs.webshop.catalog.products import index_text, normalize_raw_product, parse_pricing
 from trl_ragen2_envs.webshop.data import DATA_DIR_ENV_VAR, ShopConfig, load_shop, resolve_data_dir
 from trl_ragen2_envs.webshop.goals import (
     NO_PRICE_LIMIT,
@@ -17,8 +19,6 @@ from trl_ragen2_envs.webshop.goals import (
     split_bounds,
     split_order,
 )
-from trl_ragen2_envs.webshop.jsonstream import iter_json_array, iter_json_object
-from trl_ragen2_envs.webshop.products import index_text, normalize_raw_product, parse_pricing
 
 from .webshop_data import DATA_DIR, load_shop_1k, needs_data
 

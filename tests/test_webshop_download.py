@@ -3,8 +3,8 @@ a local HTTP server on 127.0.0.1 (never the internet)."""
 
 import pytest
 
-from trl_ragen2_envs.webshop import download as download_module
-from trl_ragen2_envs.webshop.download import (
+from trl_ragen2_envs.webshop.catalog import download as download_module
+from trl_ragen2_envs.webshop.catalog.download import (
     DATASET_FILES,
     GOOGLE_DRIVE_IDS,
     ChecksumError,

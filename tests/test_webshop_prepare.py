@@ -7,11 +7,10 @@ import json
 import pytest
 
 from trl_ragen2 import cli
-from trl_ragen2_envs.webshop import download as download_module
-from trl_ragen2_envs.webshop import nouns as nouns_module
-from trl_ragen2_envs.webshop.data import load_shop
-from trl_ragen2_envs.webshop.download import DATASET_FILES
-from trl_ragen2_envs.webshop.prepare import (
+from trl_ragen2_envs.webshop.catalog import download as download_module
+from trl_ragen2_envs.webshop.catalog import nouns as nouns_module
+from trl_ragen2_envs.webshop.catalog.download import DATASET_FILES
+from trl_ragen2_envs.webshop.catalog.prepare import (
     SMALL_DOCS_FILE,
     SOURCES_FILE,
     default_data_dir,
@@ -19,6 +18,7 @@ from trl_ragen2_envs.webshop.prepare import (
     prepared_data_dir,
     webshop_record,
 )
+from trl_ragen2_envs.webshop.data import load_shop
 
 from .webshop_data import DATA_DIR, needs_data
 from .webshop_originals import FileServer, original_files, raw_records_from_docs, sha256, stub_tagger
@@ -153,7 +153,7 @@ def test_import_from_a_webshop_checkout_records_the_checks(tmp_path, published, 
 
 
 def test_import_links_large_files_instead_of_copying_them(tmp_path, monkeypatch, originals):
-    from trl_ragen2_envs.webshop import prepare as prepare_module
+    from trl_ragen2_envs.webshop.catalog import prepare as prepare_module
 
     contents, nouns = originals
     source = tmp_path / "src"

@@ -2,8 +2,8 @@
 
 import pytest
 
+from trl_ragen2_envs.webshop.catalog.products import Product
 from trl_ragen2_envs.webshop.goals import Goal
-from trl_ragen2_envs.webshop.products import Product
 from trl_ragen2_envs.webshop.reward import (
     attribute_hits,
     category_match,

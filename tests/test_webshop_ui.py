@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("flask")
 
 from trl_ragen2_envs.webshop import WebShopEnv  # noqa: E402
-from trl_ragen2_envs.webshop.server import DEFAULT_HOST, build_parser, create_app  # noqa: E402
+from trl_ragen2_envs.webshop.ui.server import DEFAULT_HOST, build_parser, create_app  # noqa: E402
 
 from .chromium import CHROMIUM_FLAGS, chromium_and_driver  # noqa: E402
 from .webshop_data import index_cache_dir  # noqa: E402
@@ -107,7 +107,7 @@ def test_server_binds_locally_by_default():
 
 
 def test_missing_flask_names_the_extra(monkeypatch):
-    from trl_ragen2_envs.webshop import server
+    from trl_ragen2_envs.webshop.ui import server
 
     monkeypatch.setitem(sys.modules, "flask", None)
     with pytest.raises(ImportError, match=r'pip install "trl-ragen2\[web\]"'):

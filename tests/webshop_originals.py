@@ -18,8 +18,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from trl_ragen2_envs.webshop import catalog_gen
-from trl_ragen2_envs.webshop.download import DATASET_FILES, RemoteFile
+from trl_ragen2_envs.webshop.catalog import generation as catalog_gen
+from trl_ragen2_envs.webshop.catalog.download import DATASET_FILES, RemoteFile
 
 
 # fields WebShop's loader adds to a raw record (engine.load_products), removed to get the raw record back

@@ -1,7 +1,9 @@
 """DeepCoder: Python programs judged by tests in a real sandbox (procedural problems, HumanEval, DeepCoder files).
 
-The sandbox is its own package, `trl_ragen2_envs.sandbox` (`Sandbox`, `SandboxConfig`, ...); this one holds the
-problems, the judge and the environment.
+Modules: `problems`, `procedural`, `families` + `families_search` (the problems), `extraction` (code out of a
+reply), `judging` + `assertions` (the tests and their verdicts), `env` (`DeepCoderEnv`, registered as
+`make_env("deepcoder")`, and the TRL tool adapter `DeepCoderToolEnv`), and `sandbox/`, the package that runs the
+programs (`trl_ragen2_envs.deepcoder.sandbox`: `Sandbox`, `SandboxConfig`, ...).
 """
 
 from .env import DeepCoderEnv, DeepCoderToolEnv

@@ -1,7 +1,7 @@
 """DeepCoder: write a Python program that passes a problem's tests; the reward is the fraction passed.
 
 One episode: `reset(seed)` shows a problem. The agent answers with a program (in a ```python block, or as raw
-code); it runs in the sandbox (`trl_ragen2_envs.sandbox`) against every test, each in its own limited process. With
+code); it runs in the sandbox (`sandbox/`) against every test, each in its own limited process. With
 `max_attempts` (1 by default, RAGEN's single turn) above one, a failed attempt is answered with the failing
 tests and another attempt is allowed.
 
@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from ..base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
-from ..sandbox import Sandbox, SandboxConfig
 from ..tool_adapter import ToolEnvAdapter
 from .extraction import assemble_program, extract_code, syntax_error
 from .judging import TestOutcome, format_feedback, run_tests
 from .problems import CodingProblem, load_deepcoder, load_humaneval
 from .procedural import FAMILIES, generate_problem
+from .sandbox import Sandbox, SandboxConfig
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ class DeepCoderEnv(TextEnv):
         max_workers: Tests run at the same time.
         max_code_chars: Longer programs are invalid actions.
         max_answer_chars: Longer answers are invalid actions, rejected before any code is looked for.
-        use_bubblewrap: `"auto"`, `True` or `False` (see `trl_ragen2_envs.sandbox.isolation`).
+        use_bubblewrap: `"auto"`, `True` or `False` (see `sandbox/isolation.py`).
         allow_weak_isolation: Run programs even where only a weak isolation mode works (see `docs/sandbox.md`);
             without it such a machine raises `IsolationUnavailable`, naming what to install.
         sandbox: A [`SandboxConfig`] overriding `timeout_s`, `memory_mb`, `use_bubblewrap` and

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..sandbox import CandidateFailure, Execution, Sandbox
 from .assertions import run_assertion_test
+from .sandbox import CandidateFailure, Execution, Sandbox
 
 
 FLOAT_TOLERANCE = 1e-6

@@ -1,16 +1,16 @@
 """Loading a WebShop catalogue: where the data comes from, and the `Shop` (products, goals, search) built from it.
 
 **Where.** `data_dir=` if given, else the environment variable `WEBSHOP_DATA_DIR`, else the built-in procedural
-catalogue (`catalog_gen.py`; `procedural=True` forces it). A data folder may hold:
+catalogue (`catalog/generation.py`; `procedural=True` forces it). A data folder may hold:
 
-- RAGEN's 1k catalogue, as `trl-ragen2 data webshop small` prepares it (`prepare.py`):
+- RAGEN's 1k catalogue, as `trl-ragen2 data webshop small` prepares it (`catalog/prepare.py`):
   `webshop_small_1k_docs.jsonl.gz` + `items_ins_v2_1000.json` + `name_type_tokens_spacy38.json`;
 - a WebShop download: `items_shuffle_1000.json` / `items_shuffle.json` (1.18 M products) with
   `items_ins_v2_1000.json` / `items_ins_v2.json`, and optionally `items_human_ins.json` (human goals) and a
   `name_type_tokens*.json` noun file (otherwise names are tagged with spaCy on first use).
 
 `dataset="small"` or `"full"` picks between them when a folder has both ("auto" prefers the full set). Large files
-are streamed (`jsonstream.py`) and each product is held once.
+are streamed (`catalog/jsonstream.py`) and each product is held once.
 
 **Names.** `Shop.name` says which catalogue is in use: `webshop-small-1k`, `webshop-full` (`webshop-full-first{n}`
 with `num_products`), or `procedural-{n}-seed{k}`.
@@ -30,11 +30,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import catalog_gen
+from .catalog import generation as catalog_gen
+from .catalog.jsonstream import iter_json_array, iter_json_object, iter_jsonl
+from .catalog.nouns import TitleNouns, spacy_noun_tagger
+from .catalog.products import Product, index_text, is_valid_asin, normalize_raw_product, product_from_processed
 from .goals import Goal, SyntheticGoals, build_human_goals, goal_position, sample_prices, split_bounds, split_order
-from .jsonstream import iter_json_array, iter_json_object, iter_jsonl
-from .nouns import TitleNouns, spacy_noun_tagger
-from .products import Product, index_text, is_valid_asin, normalize_raw_product, product_from_processed
 from .reward import RewardBreakdown, compute_reward
 from .search import SearchEngine
 

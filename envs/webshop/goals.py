@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .products import Product
+from .catalog.products import Product
 
 
 PRICE_STEPS = tuple(10.0 * i for i in range(1, 100))  # candidate bounds: $10, $20, ..., $990

@@ -26,8 +26,8 @@ from typing import Any
 
 from thefuzz import fuzz
 
+from .catalog.products import Product
 from .goals import Goal, GoalOption
-from .products import Product
 
 
 FUZZY_MATCH_THRESHOLD = 85  # a score must exceed this

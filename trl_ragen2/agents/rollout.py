@@ -43,7 +43,6 @@ from tqdm.auto import tqdm
 from trl_ragen2_envs import make_env
 from trl_ragen2_envs.datasets import parse_env_config, row_seed
 from trl_ragen2_envs.prompts import (
-    THINK_CLOSE,
     THINK_OPEN,
     check_protocol,
     initial_messages,
@@ -233,7 +232,6 @@ class Episode:
     env_mask: list[int] = field(default_factory=list)
     logprobs: list[float] | None = field(default_factory=list)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)  # model tokens of each turn, in completion_ids
-    reasoning_spans: list[tuple[int, int]] = field(default_factory=list)  # the reasoning inside each turn
     turn_rewards: list[float] = field(default_factory=list)  # environment reward + penalty, per turn
     observation: str = ""
     no_valid_action: bool = False  # the last turn ran no action ("ragen" shows a warning line next)
@@ -322,47 +320,6 @@ def _feedback_template(tokenizer, kwargs_key: str) -> tuple[str, str]:
         before, after = suffix.split(_PLACEHOLDER)
         _FEEDBACK_TEMPLATES[key] = (before, after)
     return _FEEDBACK_TEMPLATES[key]
-
-
-def reasoning_span(tokenizer, reply_ids: Sequence[int], start: int) -> tuple[int, int]:
-    """Token span of the reasoning in a reply: the tokens before its first `</think>` (the whole reply if none).
-
-    The reply is primed with `<think>`, so reasoning starts at its first token, unless it repeats the opening tag.
-    Found by bisection on decoded prefixes, so tags split over several tokens are handled.
-    """
-    text = tokenizer.decode(reply_ids, skip_special_tokens=False)
-    close = text.find(THINK_CLOSE)
-    open_at = text.find(THINK_OPEN)
-    first = _tokens_covering(tokenizer, reply_ids, open_at + len(THINK_OPEN)) if 0 <= open_at < max(close, 0) else 0
-    if close < 0:
-        last = len(reply_ids)
-    else:
-        last = _tokens_before(tokenizer, reply_ids, close)
-    return start + first, start + max(first, last)
-
-
-def _tokens_before(tokenizer, ids, char_index: int) -> int:
-    """Largest k whose decoded prefix ids[:k] is at most `char_index` characters long."""
-    low, high = 0, len(ids)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if len(tokenizer.decode(ids[:middle], skip_special_tokens=False)) <= char_index:
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
-def _tokens_covering(tokenizer, ids, char_index: int) -> int:
-    """Smallest k whose decoded prefix ids[:k] is at least `char_index` characters long."""
-    low, high = 0, len(ids)
-    while low < high:
-        middle = (low + high) // 2
-        if len(tokenizer.decode(ids[:middle], skip_special_tokens=False)) >= char_index:
-            high = middle
-        else:
-            low = middle + 1
-    return low
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -516,7 +473,6 @@ class RolloutEngine:
         else:
             episode.logprobs.extend(logprobs + [0.0] * (len(reply) - len(logprobs)))
         episode.turn_spans.append((start, start + len(reply)))
-        episode.reasoning_spans.append(reasoning_span(self.tokenizer, reply, start))
         episode.turns = turn
 
         text = self.tokenizer.decode(reply, skip_special_tokens=True)

@@ -95,7 +95,7 @@ class RagenRollout:
             find each prompt's row.
 
     Returns, besides TRL's `prompt_ids`, `completion_ids`, `logprobs` and `env_mask`, per-row fields that TRL hands to
-    reward functions: `ragen2_return`, `ragen2_success`, `turn_spans`, `reasoning_spans`, `turn_rewards`.
+    reward functions: `ragen2_return`, `ragen2_success`, `turn_spans`, `turn_rewards`.
     """
 
     def __init__(self, config: RolloutConfig | None = None, *, datasets: Iterable[Iterable[dict]] = ()):
@@ -164,7 +164,6 @@ class RagenRollout:
             "ragen2_return": [e.total_return for e in episodes],
             "ragen2_success": [e.success for e in episodes],
             "turn_spans": [e.turn_spans for e in episodes],
-            "reasoning_spans": [e.reasoning_spans for e in episodes],
             "turn_rewards": [e.turn_rewards for e in episodes],
         }
 

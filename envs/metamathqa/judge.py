@@ -7,7 +7,7 @@ parses and the comparison) by one budget in seconds:
 
 - in the main thread, a real-time interval timer (`signal.setitimer`) interrupts the work when the budget is spent;
   the previous handler and timer are restored afterwards;
-- in any other thread, the judgement runs in a worker process (`python -m trl_ragen2_envs.math_judge`, started on
+- in any other thread, the judgement runs in a worker process (`python -m trl_ragen2_envs.metamathqa.judge`, started on
   first use and reused), which applies the same timer in its own main thread; the caller waits at most the budget
   plus a margin, and a worker that does not answer is killed and replaced on the next call.
 
@@ -104,7 +104,7 @@ def _judge_in_this_thread(predicted: str, reference: str, timeout_s: float) -> s
 class _Worker:
     """One judging process shared by the threads of this process (they take turns)."""
 
-    command = (sys.executable, "-m", "trl_ragen2_envs.math_judge")
+    command = (sys.executable, "-m", "trl_ragen2_envs.metamathqa.judge")
 
     def __init__(self):
         self.lock = threading.Lock()

@@ -1,4 +1,4 @@
-"""Countdown's two reward rules, as pure functions of (answer, target, nums); see `countdown.py` for the rules.
+"""Countdown's two reward rules, as pure functions of (answer, target, nums); see `env.py` for the rules.
 
 - `"ragen"`: RAGEN's format check on the answer's digit runs, then its `eval`-based correctness check, reached
   with the safe evaluator of [`python_arithmetic`].

@@ -7,7 +7,7 @@ is on a target. A move into a wall, or a push against a wall or another box, cha
 -0.1. Text the env cannot read as a move is a no-op with `action_is_valid=False` and no reward.
 
 The seed controls the room: the same seed gives the same room, and every room is solvable (see
-`sokoban_generation` for the reverse-play generator and the solver). Defaults are the paper's main setting: a 6x6
+`generation.py` for the reverse-play generator and the solver). Defaults are the paper's main setting: a 6x6
 room with one box, shown as a grid plus coordinates (RAGEN's `CoordSokoban`).
 
 ```python
@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import StepResult, action_index, require_int
-from .grid import GridEnv, board_size_line, check_seed, ragen_layout
-from .sokoban_generation import (
+from ..base import StepResult, action_index, require_int
+from ..grid import GridEnv, board_size_line, check_seed, ragen_layout
+from ..tool_adapter import ToolEnvAdapter
+from .generation import (
     ACTION_NAMES,
     WALL,
     SokobanRoom,
@@ -39,7 +40,6 @@ from .sokoban_generation import (
     solve,
     unflat,
 )
-from .tool_adapter import ToolEnvAdapter
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -256,7 +256,7 @@ class SokobanEnv(GridEnv):
 
     @property
     def room(self) -> SokobanRoom:
-        """The current position (e.g. for `sokoban_generation.solve`)."""
+        """The current position (e.g. for `generation.solve`)."""
         layout = self._layout
         if layout is None:
             raise RuntimeError("SokobanEnv has no room yet; call reset() or load_room() first")

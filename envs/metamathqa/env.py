@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from .base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
-from .math_judge import DEFAULT_TIMEOUT_S, math_verify_verdict
-from .problem_files import load_problem_file
-from .tool_adapter import ToolEnvAdapter
+from ..base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
+from ..problem_files import load_problem_file
+from ..tool_adapter import ToolEnvAdapter
+from .judge import DEFAULT_TIMEOUT_S, math_verify_verdict
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ def ragen_answers_match(answer: str, reference: str) -> bool:
 
 
 def math_verify_match(predicted: str, reference: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
-    """`math-verify`'s judgement within `timeout_s` seconds, from any thread (`math_judge.py`); no verdict in
+    """`math-verify`'s judgement within `timeout_s` seconds, from any thread (`judge.py`); no verdict in
     time counts as not equal."""
     return math_verify_verdict(predicted, reference, timeout_s) == "equal"
 

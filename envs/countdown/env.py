@@ -41,8 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from .base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
-from .countdown_rules import (
+from ..base import StepResult, TextEnv, finished_step, invalid_step, not_started_step
+from ..problem_files import load_problem_file
+from ..tool_adapter import ToolEnvAdapter
+from .rules import (
     CORRECT_REWARD,
     FORMAT_REWARD,
     MAX_LITERAL_DIGITS,
@@ -53,8 +55,6 @@ from .countdown_rules import (
     score_answer,  # noqa: F401 -- public here as before: the reward of an answer text under a rule
     score_evaluation,
 )
-from .problem_files import load_problem_file
-from .tool_adapter import ToolEnvAdapter
 
 
 # ---------------------------------------------------------------------------------------------------------------

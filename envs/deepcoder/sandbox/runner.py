@@ -15,7 +15,7 @@ Two ways to run a program:
   for function and assertion tests, so every comparison happens here, with Python's own `==`.
 
 No `preexec_fn` is used: identity and session are set by `subprocess` in C, which is safe in the threaded
-processes trainers run in. An example: the package's docstring (`trl_ragen2_envs.sandbox`).
+processes trainers run in. An example: the package's docstring (`trl_ragen2_envs.deepcoder.sandbox`).
 """
 
 from __future__ import annotations

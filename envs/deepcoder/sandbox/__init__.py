@@ -27,7 +27,7 @@ The interface, all an environment imports:
   this machine gives, for logs, metrics and model cards.
 
 ```python
-from trl_ragen2_envs.sandbox import Sandbox
+from trl_ragen2_envs.deepcoder.sandbox import Sandbox
 
 sandbox = Sandbox(timeout_s=2.0)
 sandbox.run("print(int(input()) * 2)", stdin="21\\n").stdout  # "42\\n"

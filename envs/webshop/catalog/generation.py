@@ -4,7 +4,7 @@ Used when no WebShop data is configured, so the environment (and its benchmark a
 Products follow the shape of WebShop's processed records: a brand + modifiers + product noun title, a description
 and bullet points that mention the product's attribute phrases, options drawn from the product type's pools
 (sizes, colours, flavours, ...), a price (sometimes a price range), and the type's search query and `›` category
-path from `catalog_words.py`. About 45% of products carry a synthetic instruction in WebShop's style
+path from `words.py`. About 45% of products carry a synthetic instruction in WebShop's style
 ("Find me {attributes} {query} with {attributes}") whose attributes are a subset of the product's, so every goal is
 solvable by buying its product with the goal's options.
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .catalog_words import BRAND_SYLLABLES, GENERIC_ADJECTIVES, PRODUCT_TYPES, ProductType
 from .products import Product
+from .words import BRAND_SYLLABLES, GENERIC_ADJECTIVES, PRODUCT_TYPES, ProductType
 
 
 INSTRUCTION_FRACTION = 0.45

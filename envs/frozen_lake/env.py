@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import StepResult, action_index, require_int
-from .grid import GridEnv, board_size_line, check_seed, ragen_layout
-from .tool_adapter import ToolEnvAdapter
+from ..base import StepResult, action_index, require_int
+from ..grid import GridEnv, board_size_line, check_seed, ragen_layout
+from ..tool_adapter import ToolEnvAdapter
 
 
 # ---------------------------------------------------------------------------------------------------------------
