@@ -23,6 +23,7 @@ NOTEBOOKS = (
     "snr_filtering_quickstart",
     "webshop_agent",
     "template_collapse_in_ten_minutes",
+    "diagnose_a_model",
 )
 COLAB_URL = "https://colab.research.google.com/github/trl-ragen2/trl-ragen2/blob/main/notebooks/{name}.ipynb"
 INSTALL_SPEC = '"trl-ragen2[peft] @ git+https://github.com/trl-ragen2/trl-ragen2"'
@@ -259,3 +260,27 @@ def test_template_collapse_in_ten_minutes_runs(notebook_env):
     assert unfiltered["acc"] < unfiltered["acc0"], rows
     assert unfiltered["mi"] < unfiltered["mi0"], rows
     assert unfiltered["h"] >= unfiltered["h0"] - 0.05, rows
+
+
+def test_diagnose_a_model_runs(notebook_env):
+    notebook = execute("diagnose_a_model")
+    (summary,) = tagged(notebook, "summary")
+    pattern = re.compile(
+        r"^(?P<name>[\w-]+): regime=(?P<regime>[a-z -]+) mi_est=(?P<mi>\S+) ci=\[(?P<low>\S+), (?P<high>\S+)\] "
+        r"retrieval_acc=(?P<acc>\S+) chance=(?P<chance>\S+) pvalue=(?P<p>\S+)$"
+    )
+    rows = {}
+    for line in stdout(summary).splitlines():
+        match = pattern.match(line)
+        assert match, f"unexpected summary line {line!r}"
+        rows[match["name"]] = match.groupdict()
+    healthy, template = rows["input-dependent"], rows["template"]
+    assert healthy["regime"] == "diverse reasoning" and template["regime"] == "template collapse"
+    assert float(healthy["low"]) > float(template["high"])  # the MI intervals exclude each other
+    assert float(healthy["p"]) < 0.01 < float(template["p"])
+    (report,) = tagged(notebook, "report")  # the diagnosis page, in a sandboxed iframe
+    (page,) = [o["data"]["text/html"] for o in report.outputs if "text/html" in o.get("data", {})]
+    assert "<iframe sandbox=" in page and "regime plane" in page
+    output_dir = notebook_env / "outputs" / "diagnose_a_model"
+    assert (output_dir / "diagnosis" / "diagnosis.json").is_file()
+    assert (output_dir / "from-file" / "diagnosis.json").is_file()

@@ -1,4 +1,5 @@
-"""The `trl-ragen2` command line: plot and summarise a training run from its logs, and prepare WebShop's data.
+"""The `trl-ragen2` command line: plot and summarise a training run from its logs, diagnose template collapse in any
+model, checkpoint or saved rollouts, and prepare WebShop's data.
 
 ```
 trl-ragen2 plot out/webshop-grpo                  # PNGs into out/webshop-grpo/plots, paths on stdout
@@ -7,6 +8,8 @@ trl-ragen2 summary out/webshop-grpo               # last / mean / best of the ke
 trl-ragen2 summary out/webshop-grpo --json        # the same as JSON, for CI
 trl-ragen2 view out/webshop-grpo                  # out/webshop-grpo/report.html: curves, steps, MI retrieval
 trl-ragen2 view out/filtered out/unfiltered --out compare.html
+trl-ragen2 diagnose outputs/run --env sokoban      # template collapse of each checkpoint-*, paired
+trl-ragen2 diagnose MODEL --rollouts dump.jsonl --html --out diag  # saved rollouts of any framework, scored
 trl-ragen2 data webshop small                     # download WebShop's 1k set, convert it, cache it
 trl-ragen2 data webshop small --from ~/WebShop    # import a copy you already have
 ```
@@ -218,6 +221,75 @@ def _run_view(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# diagnose
+
+
+def _add_diagnose(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "diagnose",
+        help="check a model, checkpoints or saved rollouts for template collapse (MI proxies, regime, verdict)",
+        description="Roll a model out on a task (one of the library's environments, or a JSONL file of prompts) "
+        "or read saved rollouts, cross-score the reasoning with the policy, and report the Table 1 proxies of "
+        "RAGEN-2 with bootstrap intervals and the permutation test, the text template metrics, the regime and one "
+        "line to act on. Two models, or a run folder of checkpoint-*, are compared on the same prompts.",
+    )
+    parser.add_argument(
+        "models", metavar="MODEL", nargs="+", help="a checkpoint folder, a PEFT adapter folder, a Hub id, or a run "
+        "folder of checkpoint-* (each diagnosed in step order)"
+    )  # fmt: skip
+    task = parser.add_mutually_exclusive_group(required=True)
+    task.add_argument("--env", metavar="NAME", help="roll out on this environment (RAGEN protocol, seeds 0..N-1)")
+    task.add_argument("--prompts", metavar="FILE", help="roll out on a JSONL file of {prompt} rows")
+    task.add_argument("--rollouts", metavar="FILE", help="score saved {prompt, completion[, group, reward]} rows")
+    parser.add_argument("--num-prompts", type=int, default=8, help="N: prompts (default 8, the paper's)")
+    parser.add_argument("--group-size", type=int, default=8, help="G: samples per prompt (default 8)")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per reply (default 128)")
+    parser.add_argument("--max-turns", type=int, default=5, help="turns per episode for --env (default 5)")
+    parser.add_argument("--engine", choices=("auto", "transformers", "vllm"), default="auto",
+                        help="generation and scoring engine (auto: vLLM where installed, scoring per scope measured)")  # fmt: skip
+    parser.add_argument("--tokenizer", metavar="PATH", help="tokenizer, when the model folder has none")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                        help="dtype of the model in both engines (default float32)")  # fmt: skip
+    parser.add_argument("--num-samples", type=int, help="chains per scope (default: every rollout)")
+    parser.add_argument("--mi-threshold", type=float, default=0.05, help="MI-Est regime threshold (nats/token)")
+    parser.add_argument("--entropy-threshold", type=float, default=0.5, help="H(Z|X) regime threshold (nats/token)")
+    parser.add_argument("--num-bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    parser.add_argument("--num-permutations", type=int, default=1000, help="permutation-test shuffles")
+    parser.add_argument("--seed", type=int, default=0, help="seed of sampling, pairs and resampling")
+    parser.add_argument("--out", metavar="DIR", help="folder for diagnosis.json (and the page, the rollouts)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--html", action="store_true", help="write OUT/diagnosis.html (needs --out)")
+    parser.add_argument("--save-rollouts", action="store_true", help="write OUT/rollouts-<model>.jsonl")
+    parser.set_defaults(handler=_run_diagnose)
+
+
+def _run_diagnose(args) -> int:
+    from .collapse.diagnose import format_report
+    from .diagnose import diagnose
+
+    result = diagnose(
+        args.models, task=args.env, prompts=args.prompts, rollouts=args.rollouts, num_prompts=args.num_prompts,
+        group_size=args.group_size, max_new_tokens=args.max_new_tokens, max_turns=args.max_turns,
+        engine=args.engine, tokenizer=args.tokenizer, num_samples=args.num_samples, mi_threshold=args.mi_threshold,
+        entropy_threshold=args.entropy_threshold, num_bootstrap=args.num_bootstrap,
+        num_permutations=args.num_permutations, seed=args.seed, out=args.out, html=args.html,
+        save_rollouts=args.save_rollouts, dtype=args.dtype,
+    )  # fmt: skip
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(format_report(result.diagnoses, result.comparisons))
+        if len(result.diagnoses) > 1:
+            fired = result.collapse_alarm or "does not fire"
+            print(f"collapse alarm (CollapseDetector on the first turn, over the series): {fired}")
+    for path in result.files:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # data
 
 
@@ -264,9 +336,9 @@ def _run_data_webshop(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
+    from trl_ragen2_envs.webshop.catalog.download import DownloadError
+    from trl_ragen2_envs.webshop.catalog.prepare import default_data_dir, prepare_webshop_data
     from trl_ragen2_envs.webshop.data import DATA_DIR_ENV_VAR
-    from trl_ragen2_envs.webshop.download import DownloadError
-    from trl_ragen2_envs.webshop.prepare import default_data_dir, prepare_webshop_data
 
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[amount]}"),
                TimeRemainingColumn())  # fmt: skip
@@ -308,7 +380,7 @@ def _run_data_webshop(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `trl-ragen2` argument parser, with its `plot`, `summary`, `view` and `data` commands."""
+    """The `trl-ragen2` argument parser, with its `plot`, `summary`, `view`, `diagnose` and `data` commands."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="RAGEN-2 for TRL: look at training runs (MI diagnostics, SNR filtering, rewards) and prepare "
@@ -319,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plot(subparsers)
     _add_summary(subparsers)
     _add_view(subparsers)
+    _add_diagnose(subparsers)
     _add_data(subparsers)
     return parser
 
@@ -333,9 +406,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except (
+        ImportError,
         OSError,
         ValueError,
-    ) as error:  # no logs (RunLogsNotFoundError), bad settings, malformed logs, unwritable --out
+    ) as error:  # no logs (RunLogsNotFoundError), bad settings, malformed logs, unwritable --out, vLLM missing
         return _error(args.command, error)
 
 

@@ -11,6 +11,8 @@
   plain `GRPOTrainer`;
 - `detector`, `alarm`: an early warning of collapse from the logged diagnostics, and its `TrainerCallback`;
 - `mi_arguments`: the `mi_*` fields of the trainer configs.
+- `rollout_file`, `diagnose`: saved rollouts (JSONL from any framework) and the trainer-free diagnosis of one batch of
+  rollouts behind `trl-ragen2 diagnose`: proxies, regime, verdict, paired checkpoints, the terminal report.
 
 The gradient SNR report (the paper's Figure 3, the §3 argument for filtering) is in `trl_ragen2.filtering`.
 
