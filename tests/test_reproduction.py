@@ -8,7 +8,8 @@ import pytest
 from trl import ModelConfig, TrlParser
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredPPOConfig
-from trl_ragen2.recipe_utils import CRITIC_ALGORITHMS, PAPER_ALGORITHMS, AgentScriptArguments
+from trl_ragen2.grpo.algorithms import CRITIC_ALGORITHMS, PAPER_ALGORITHMS
+from trl_ragen2.recipe_utils import AgentScriptArguments
 
 from .reproduction_commands import ACCELERATE_OPTIONS, PAGE, ROOT, Command, load_recipe, page_commands, parse_line
 

@@ -18,7 +18,7 @@ import math
 import pytest
 
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredPPOConfig
-from trl_ragen2.recipe_utils import PAPER_ALGORITHMS
+from trl_ragen2.grpo.algorithms import PAPER_ALGORITHMS
 
 from .reproduction_commands import CONFIGS, command, load_recipe
 

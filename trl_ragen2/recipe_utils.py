@@ -27,29 +27,12 @@ from typing import Any
 from trl_ragen2_envs.prompts import check_protocol
 
 from .agents.rollout import RolloutConfig
+from .grpo.algorithms import ALGORITHMS, CRITIC_ALGORITHMS, PAPER_ALGORITHMS
 from .runs import keys
 
 
 logger = logging.getLogger(__name__)
 
-# The paper's Table 4 algorithms as RAGEN's algorithm comparison runs them (branch `feature/loss_scaling`,
-# scripts/runs/run_main_table_diff_algo.sh), in TRL's terms. `--algorithm` applies these as defaults: the --config
-# YAML and the command line still override them. TRL's loss types against RAGEN's `loss_agg_mode`:
-#   token-mean          -> "dapo"    (token mean over the mini-batch)
-#   seq-mean-token-mean -> "grpo"    (token mean per rollout, then the mean over rollouts)
-#   seq-mean-token-sum  -> "dr_grpo" (token sum per rollout, mean over rollouts, divided by max_completion_length:
-#                                     RAGEN's rule times the constant 1 / max_completion_length)
-# and the advantage: GAE (the critic; SNRFilteredPPOTrainer) for PPO and DAPO, the group advantage for GRPO
-# (`norm_adv_by_std_in_grpo=True`: scale_rewards "group") and DrGRPO (False: "none").
-PAPER_ALGORITHMS = {
-    "grpo": {"loss_type": "grpo", "scale_rewards": "group"},
-    "drgrpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
-    "ppo": {"loss_type": "dapo"},
-    # DAPO's flags in RAGEN's script: clip 0.2 / 0.28, no KL loss, no KL in the reward
-    "dapo": {"loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28, "beta": 0.0, "kl_in_reward": False},
-}
-ALGORITHMS = tuple(PAPER_ALGORITHMS)
-CRITIC_ALGORITHMS = ("ppo", "dapo")  # trained by SNRFilteredPPOTrainer (a critic and GAE)
 TASK_FIELDS = ("max_turns", "max_actions_per_turn", "max_tokens_per_turn")  # each task's YAML sets them
 
 
@@ -64,7 +47,7 @@ class AgentScriptArguments:
         algorithm (`str`, defaults to `"grpo"`): the paper's Table 4 algorithm: `"grpo"` or `"drgrpo"`
             (SNRFilteredGRPOTrainer), `"ppo"` or `"dapo"` (SNRFilteredPPOTrainer: critic + GAE). It decides which
             trainer config the rest of the command line fills in, and sets RAGEN's loss aggregation and advantage
-            for it (`PAPER_ALGORITHMS`) unless the YAML or the command line sets them.
+            for it (`trl_ragen2.grpo.algorithms.PAPER_ALGORITHMS`) unless the YAML or the command line sets them.
         num_train_prompts (`int`, defaults to `4096`): Training episodes (rows); each is played `num_generations`
             times per visit.
         num_eval_prompts (`int`, defaults to `512`): Validation episodes, one rollout each (RAGEN: 512).

@@ -5,4 +5,6 @@
 - `grpo_trainer`: the trainer, a few narrow overrides that wire `trl_ragen2.filtering` and
   `trl_ragen2.collapse` into TRL;
 - `config_types`: type checks of config values after YAML parsing.
+- `algorithms`: the paper's Table 4 algorithms (PPO, DAPO, GRPO, Dr.GRPO) as settings of the GRPO and PPO configs
+  (`PAPER_ALGORITHMS`), and which of them train a critic.
 """
