@@ -13,14 +13,10 @@ from trl import GRPOTrainer
 from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
 from trl_ragen2.models.tiny import tiny_model_path
 
+from .exact_runs import EXACT, LOSS_TYPES, loss_settings, make_trainer, plain_gradient_on
 from .exactness import (
-    EXACT,
-    LOSS_TYPES,
     assert_same_gradient,
     concat_micro_batches,
-    loss_settings,
-    make_trainer,
-    plain_gradient_on,
     record_gradients,
     record_kept_rows,
     reference_gradient,

@@ -244,7 +244,7 @@ def test_ties_take_the_lower_group_index():
 def test_with_binary_rewards_in_four_groups_of_four_rho_0_9_drops_only_zero_variance_groups():
     """Binary rewards, G = 4: a group with k of 4 successes has sample variance k(4-k)/12, so 1/4 or 1/3 when it
     varies. Of four groups none then holds less than 20% of the mass, and the linear rule at rho >= 0.9 keeps every
-    group with variance (docs/filtering.md, the real-model keep-rate evaluation). At rho = 0.8 it can drop one."""
+    group with variance (docs/keep_rate.md, the real-model evaluation). At rho = 0.8 it can drop one."""
     dropped_at = {0.8: 0, 0.9: 0, 0.95: 0, 1.0: 0}
     for successes in itertools.product(range(5), repeat=4):  # 625 batches of 4 groups
         rewards = torch.tensor([float(i < k) for k in successes for i in range(4)])

@@ -78,7 +78,7 @@ def test_recipe_copied_alone_runs_its_cpu_preset_and_finds_the_prepared_webshop_
     """A user's copy: the script, its task YAML and its preset in a new folder outside the repository, only the
     installed package importable, and WebShop data prepared by `trl-ragen2 data webshop small` in the user cache (no
     WEBSHOP_DATA_DIR)."""
-    from trl_ragen2_envs.webshop.prepare import prepare_webshop_data
+    from trl_ragen2_envs.webshop.catalog.prepare import prepare_webshop_data
 
     originals = tmp_path / "originals"
     nouns = write_original_files(originals, num_products=60)
@@ -108,8 +108,26 @@ def test_recipe_copied_alone_runs_its_cpu_preset_and_finds_the_prepared_webshop_
         *[(task, []) for task in TASKS],
         ("sokoban", ["--algorithm", "ppo"]),
         ("frozen_lake", ["--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"]),
+        ("sokoban", ["--algorithm", "ppo", "--reward_variance_refill", "nonzero_variance"]),
+        (
+            "frozen_lake",
+            [
+                "--use_peft",
+                "--lora_r",
+                "4",
+                "--lora_target_modules",
+                "q_proj",
+                "v_proj",
+                "--reward_variance_refill",
+                "pooled",
+                "--reward_variance_top_p_mode",
+                "linear",
+                "--reward_variance_include_zero",
+                "false",
+            ],
+        ),
     ],
-    ids=[*TASKS, "sokoban-ppo", "frozen_lake-lora"],
+    ids=[*TASKS, "sokoban-ppo", "frozen_lake-lora", "sokoban-ppo-refill", "frozen_lake-lora-refill"],
 )
 def test_task_recipe_one_step(tmp_path, task, extra):
     out = tmp_path / task
@@ -131,10 +149,14 @@ def test_task_recipe_one_step(tmp_path, task, extra):
         level = {"bubblewrap": 3, "unshare": 2}[isolation.split()[0]]  # and in the step's metrics
         assert summary["final_metrics"]["ragen2/env/deepcoder/isolation_level"] == level
     assert details == {"Environment": task, "Algorithm": "ppo" if "ppo" in extra else "grpo"}
-    if "ppo" in extra:
+    if "ppo" in extra and "--reward_variance_refill" not in extra:  # the tiny model's refill rounds may keep nothing
         assert "ragen2/ppo/value_loss" in summary["final_metrics"] and (out / "critic" / "config.json").exists()
     if "--use_peft" in extra:
         assert (out / "adapter_config.json").exists()
+    if "--reward_variance_refill" in extra:  # the multi-turn rollout made every round from the sampler's prompts
+        metrics = summary["final_metrics"]
+        assert 1 <= metrics["ragen2/filter/generation_rounds"] <= 3  # the default round limit
+        assert metrics["ragen2/filter/prompts_consumed"] == metrics["ragen2/filter/num_groups"]  # the pool's groups
 
 
 def test_recipe_rejects_bad_algorithm(tmp_path):

@@ -15,15 +15,8 @@ from trl_ragen2.filtering.prompt_stream import PromptStream
 from trl_ragen2.filtering.refill import rows_in_pool_order, select_from_pool, share_of_rows
 from trl_ragen2.runs.samples import read_samples
 
-from .exactness import (
-    EXACT,
-    LOSS_TYPES,
-    assert_same_gradient,
-    loss_settings,
-    make_trainer,
-    plain_gradient_on,
-    record_gradients,
-)
+from .exact_runs import EXACT, LOSS_TYPES, loss_settings, make_trainer, plain_gradient_on
+from .exactness import assert_same_gradient, record_gradients
 from .ppo_helpers import ppo_trainer, record_critic_rows
 from .scripted import parity_reward_for, record_loss_rows, scripted_trainer, snapshot
 
