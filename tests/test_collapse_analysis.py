@@ -2,6 +2,7 @@
 tabulated quantiles and hand-computed values."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -106,38 +107,62 @@ def test_run_endpoints_average_steps_25_to_50():
     assert analysis.run_endpoints({"series": series})["collapsed"] == 0.0
 
 
-def test_the_recall_report_on_the_stored_runs_is_what_the_page_quotes(capsys):
-    """The report of the stored recall-task runs, line for line, is the one docs/template_collapse_experiment.md
-    quotes, and its verdict is the one the page states."""
-    from pathlib import Path
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "template_collapse_experiment.md"
 
+
+def stored_report(folder: Path) -> tuple[str, str]:
+    """A folder's stored report.txt: its command line and the output the command printed."""
+    command, _, output = (folder / "report.txt").read_text().partition("\n")
+    return command, output
+
+
+@pytest.mark.parametrize(
+    "name, arms, seeds, heading",
+    [
+        ("template_collapse_controlled", 6, 66, "## Results: the controlled experiment (seeds 5–70): "),
+        ("template_collapse_recall", 4, 10, "## Results: the recall task (seeds 5–14): "),
+    ],
+)
+def test_the_pre_registered_reports_of_the_stored_runs_are_the_stored_and_quoted_ones(
+    capsys, name, arms, seeds, heading
+):
+    """The plan's report on the stored run files prints exactly the stored report.txt; the page quotes its summary
+    lines (per-arm table, primary contrasts, power, verdict) and states its verdict in the heading."""
     template_collapse = load_benchmark("template_collapse")
-    root = Path(__file__).resolve().parent.parent
-    folder = root / "benchmarks" / "results" / "template_collapse_recall"
+    folder = RESULTS / name
+    command, stored = stored_report(folder)
+    assert command == f"$ python benchmarks/template_collapse.py --report benchmarks/results/{name}"
     numbers = template_collapse.report(str(folder))
     printed = capsys.readouterr().out
-    page = (root / "docs" / "template_collapse_experiment.md").read_text()
-    lines = [line for line in printed.splitlines()[1:] if line.strip()]  # the first line names the folder
-    assert len(lines) > 20
-    missing = [line for line in lines if line not in page]
-    assert missing == [], missing
-    assert len(numbers["arms"]) == 4 and all(len(arm["seeds"]) == 10 for arm in numbers["arms"].values())
-    assert f"## Results: the recall task (seeds 5–14): {numbers['verdict']}" in page
+    assert printed.splitlines()[1:] == stored.splitlines()[1:]  # the first line names the folder as given
+    counts = [len(arm["seeds"]) for arm in numbers["arms"].values()]  # the controlled one adds its reference cell
+    assert counts.count(seeds) == arms
+    page = PAGE.read_text()
+    primary = (
+        "  filtered - unfiltered  ",
+        "  filtered - random",
+        "  skip_matched - unfiltered  ",
+        "power:",
+        "verdict:",
+    )
+    quoted = [line for line in stored.splitlines() if line.startswith(primary)]
+    assert len(quoted) == 5 and [line for line in quoted if line not in page] == []
+    assert f"{heading}{numbers['verdict']}" in page
 
 
-def test_the_controlled_experiments_report_on_the_stored_runs_is_what_the_page_quotes(capsys):
-    """The pre-registered analysis of the stored controlled-experiment runs, line for line, is the one the page
-    quotes, with its verdict."""
-    from pathlib import Path
-
+def test_the_pilot_sweep_tables_of_the_stored_runs_are_the_stored_ones(capsys, tmp_path):
+    """`--pool` on the stored pilot runs prints the stored report.txt (every table the page's pilot section cites)."""
     template_collapse = load_benchmark("template_collapse")
-    root = Path(__file__).resolve().parent.parent
-    numbers = template_collapse.report(str(root / "benchmarks" / "results" / "template_collapse_controlled"))
+    command, stored = stored_report(RESULTS / "template_collapse_pilot")
+    assert command == "$ python benchmarks/template_collapse.py --pool benchmarks/results/template_collapse_pilot"
+    template_collapse.main(["--pool", str(RESULTS / "template_collapse_pilot"), "--figures", str(tmp_path)])
     printed = capsys.readouterr().out
-    page = (root / "docs" / "template_collapse_experiment.md").read_text()
-    lines = [line for line in printed.splitlines()[1:] if line.strip()]
-    assert len(lines) > 80
-    missing = [line for line in lines if line not in page]
-    assert missing == [], missing
-    assert all(len(numbers["arms"][arm]["seeds"]) == 66 for arm in template_collapse.ARMS)
-    assert f"## Results: the controlled experiment (seeds 5–70): {numbers['verdict']}" in page
+    assert printed.splitlines()[:-1] == stored.splitlines()[:-1]  # the last line names the figures' folder
+    assert len(template_collapse.load_runs([str(RESULTS / "template_collapse_pilot")])) == 80
+    # the figures the page's pilot section quotes (MI-Est and H(Z|X) at coefficients 0 and 0.1, the paired differences)
+    quoted = ["0.882 ± 0.225", "0.951 ± 0.668", "1.206 ± 0.244", "1.191 ± 0.131", "2.296 ± 1.700", "2.535 ± 2.788",
+              "1.219 ± 0.080", "1.230 ± 0.023", "0.303 ± 0.384", "0.163 ± 0.521"]  # fmt: skip
+    page = PAGE.read_text()
+    assert [q for q in quoted if q not in stored or q not in page] == []
