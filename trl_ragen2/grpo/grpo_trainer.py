@@ -8,9 +8,10 @@ each calling `super()`:
   passes; `_get_per_token_logps_and_entropies` then scores only the kept rows in those passes (and, in the loss,
   hands the entropies to the normalisation below);
 - `_calculate_rewards`: keeps the gathered (global) raw rewards, identical on every process;
-- `_generate_and_score_completions`: selects groups from those rewards and drops the other rows (before that, the
-  MI diagnostics and, when on, the gradient SNR report of `trl_ragen2.filtering.grad_report` see the whole batch;
-  after it, the sample log of `trl_ragen2.grpo.sample_log` records a few groups and the filter's choice);
+- `_generate_and_score_completions`: selects groups from those rewards and drops the other rows (with
+  `reward_variance_refill`, over further rounds of groups: `trl_ragen2.grpo.refill`); before that, the MI diagnostics
+  and, when on, the gradient SNR report of `trl_ragen2.filtering.grad_report` see the whole (first) batch; after it,
+  the sample log of `trl_ragen2.grpo.sample_log` records a few groups and the filter's choice;
 - `_prepare_inputs`: lays the kept rows out over the micro-steps (full mini-batches, fewer updates);
 - `_compute_loss`: renormalises TRL's micro-batch loss so each optimizer step is plain GRPOTrainer's step on its
   kept rows, and keeps TRL's per-row metrics to the kept rows;
@@ -33,7 +34,6 @@ import contextlib
 import logging
 import math
 import os
-import textwrap
 from dataclasses import asdict, fields
 from typing import Any, NamedTuple
 
@@ -74,7 +74,7 @@ from ..runs.checkpoints import (
 )
 from ..runs.run_folder import RunFolderMixin
 from .grpo_config import WITHIN_GROUP, SNRFilteredGRPOConfig
-from .model_card import training_details
+from .model_card import RAGEN2_PAPER, training_details
 from .refill import RefillMixin
 from .sample_log import SampleRecorder
 
@@ -95,20 +95,6 @@ class TRLGeneration(NamedTuple):
     extra_fields: dict | None  # the rollout_func's extra per-row fields
     images: Any
     tool_images: Any
-
-
-RAGEN2_PAPER = {
-    "title": "RAGEN-2: Reasoning Collapse in Agentic RL",
-    "id": "2604.06268",
-    # docstyle-ignore
-    "citation": textwrap.dedent("""\
-        @article{wang2026ragen2,
-            title        = {{RAGEN-2: Reasoning Collapse in Agentic RL}},
-            author       = {Zihan Wang and Chi Gui and Xing Jin and Qineng Wang and Licheng Liu and others},
-            year         = 2026,
-            eprint       = {arXiv:2604.06268},
-        }"""),
-}
 
 
 class SNRFilteredGRPOTrainer(RefillMixin, RunFolderMixin, GRPOTrainer):
@@ -306,11 +292,7 @@ class SNRFilteredGRPOTrainer(RefillMixin, RunFolderMixin, GRPOTrainer):
             self._record_samples(inputs, batch, None, None)
             return batch
         filtered = self._refill_and_filter(inputs, batch) if self._refill_on() else self._filter_batch(batch)
-        first_round = len(inputs) * self.accelerator.num_processes  # N_global: the sample log shows the first round
-        kept = self._filtered
-        self._record_samples(
-            inputs, batch, kept.keep_groups[: first_round // self.num_generations], kept.keep_rows[:first_round]
-        )
+        self._record_samples(inputs, batch, self._filtered.keep_groups, self._filtered.keep_rows)  # a pool's, refilled
         return filtered
 
     def _record_samples(self, inputs: list[dict], batch: dict, keep_groups, keep_rows) -> None:

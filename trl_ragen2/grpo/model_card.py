@@ -1,11 +1,27 @@
-"""The "RAGEN-2 training details" section the SNR trainers append to TRL's model card: a pure function of the config,
-the filter's counters and a recipe's extra lines."""
+"""The SNR trainers' model card: the paper TRL's card cites (`RAGEN2_PAPER`), and the "RAGEN-2 training details"
+section appended to it, a pure function of the config, the filter's counters and a recipe's extra lines."""
 
 from __future__ import annotations
+
+import textwrap
 
 from ..filtering.empty_steps import FilterState
 from ..filtering.keep_rate import AUTO
 from .grpo_config import WITHIN_GROUP
+
+
+RAGEN2_PAPER = {
+    "title": "RAGEN-2: Reasoning Collapse in Agentic RL",
+    "id": "2604.06268",
+    # docstyle-ignore
+    "citation": textwrap.dedent("""\
+        @article{wang2026ragen2,
+            title        = {{RAGEN-2: Reasoning Collapse in Agentic RL}},
+            author       = {Zihan Wang and Chi Gui and Xing Jin and Qineng Wang and Licheng Liu and others},
+            year         = 2026,
+            eprint       = {arXiv:2604.06268},
+        }"""),
+}
 
 
 def training_details(args, filter_state: FilterState, details: dict[str, str]) -> str:

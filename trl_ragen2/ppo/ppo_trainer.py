@@ -34,7 +34,8 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import disable_dropout_in_model
 
 from ..filtering.batch_utils import ROW_INDEX_KEY
-from ..grpo.grpo_trainer import RAGEN2_PAPER, SNRFilteredGRPOTrainer
+from ..grpo.grpo_trainer import SNRFilteredGRPOTrainer
+from ..grpo.model_card import RAGEN2_PAPER
 from ..runs import keys
 from ..runs.checkpoints import atomic_torch_save, load_errors_named
 from .critic import (
