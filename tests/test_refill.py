@@ -166,11 +166,27 @@ def test_the_round_limit_with_a_target_out_of_reach(tmp_path, tiny_tokenizer):
                                    reward_variance_refill_at_limit=at_limit, reward_variance_empty_patience=0,
                                    **EXACT)  # fmt: skip
         before = snapshot(trainer.model)
+        grads = record_gradients(trainer)
         trainer.train()
         log = trainer.state.log_history[0]
         moved = any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
         results[at_limit] = (log["ragen2/filter/generation_rounds"], log["ragen2/filter/kept_rows"], moved)
+        if at_limit == "train":  # what was kept trains exactly: plain GRPOTrainer's step on P2's group alone
+            assert_same_gradient(grads.steps[0], plain_gradient_on(tmp_path, tiny_tokenizer, ["P2:"]))
     assert results == {"train": (3, 4, True), "skip": (3, 0, False)}
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+def test_a_refilled_step_over_several_micro_steps_equals_plain_grpo(tmp_path, tiny_tokenizer, loss_type):
+    """The 8 kept rows of two rounds over 4 micro-steps of 2 rows (GA = 4): the step is still plain GRPO's."""
+    settings = loss_settings(loss_type, 0.05)
+    trainer = scripted_trainer(tmp_path / "refill", tiny_tokenizer, prompts=PROMPTS,
+                               **{**REFILL, "per_device_train_batch_size": 2}, gradient_accumulation_steps=4,
+                               **EXACT, **settings)  # fmt: skip
+    grads = record_gradients(trainer)
+    trainer.train()
+    assert trainer.state.log_history[0]["ragen2/filter/kept_rows"] == 8
+    assert_same_gradient(grads.steps[0], plain_gradient_on(tmp_path, tiny_tokenizer, ["P2:", "P1:"], **settings))
 
 
 def test_a_resumed_run_draws_and_trains_what_the_uninterrupted_run_does(tmp_path, tiny_tokenizer):
