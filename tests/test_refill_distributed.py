@@ -16,7 +16,14 @@ from .torchrun import torchrun
 def test_two_process_refill_shares_the_pool_and_equals_plain_grpo_on_the_kept_rows(tmp_path, tiny_tokenizer):
     torchrun("refill_worker.py", str(tmp_path), timeout=900)
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
-    assert rank0.keys() == rank1.keys() == {"grpo", "bnpo", "dapo", "vespo"}
+    assert rank0.keys() == rank1.keys() == {"grpo", "bnpo", "dapo", "vespo", "ppo"}
+    # PPO: each process trains actor and critic on one kept group; every token's return is its own row's reward
+    # (gamma = lambda = 1): round 2's group pays 0 or 10, round 3's 0 or 3, both generated on process 1.
+    ppo0, ppo1 = rank0.pop("ppo"), rank1.pop("ppo")
+    assert [sum(len(p["advantages"]) for p in result["rows"][0]) for result in (ppo0, ppo1)] == [4, 4]
+    log = ppo0["logs"][0]
+    assert log["ragen2/filter/generation_rounds"] == 3 and "ragen2/ppo/value_loss" in log
+    assert (log["ragen2/ppo/returns/min"], log["ragen2/ppo/returns/max"]) == (0.0, 10.0)
     for loss_type, result0 in rank0.items():
         result1 = rank1[loss_type]
         log = result0["logs"][0]

@@ -17,7 +17,12 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
-from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer  # noqa: E402
+from trl_ragen2 import (  # noqa: E402
+    SNRFilteredGRPOConfig,
+    SNRFilteredGRPOTrainer,
+    SNRFilteredPPOConfig,
+    SNRFilteredPPOTrainer,
+)
 from trl_ragen2.models.tiny import CPU_TRAINING_KWARGS, make_tiny_model, make_tiny_tokenizer  # noqa: E402
 
 
@@ -42,8 +47,11 @@ def round_reward(rank):
     return reward
 
 
-def run(out_dir, tokenizer, rank, loss_type):
-    args = SNRFilteredGRPOConfig(
+def run(out_dir, tokenizer, rank, loss_type, ppo=False):
+    config_cls, trainer_cls = (
+        (SNRFilteredPPOConfig, SNRFilteredPPOTrainer) if ppo else (SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer)
+    )
+    args = config_cls(
         output_dir=out_dir,
         per_device_train_batch_size=ROWS_PER_PROCESS // 2,
         gradient_accumulation_steps=2,
@@ -64,7 +72,7 @@ def run(out_dir, tokenizer, rank, loss_type):
         ddp_backend="gloo",
         seed=3,
     )
-    trainer = SNRFilteredGRPOTrainer(
+    trainer = trainer_cls(
         model=make_tiny_model(tokenizer, seed=0),
         reward_funcs=round_reward(rank),
         args=args,
@@ -75,6 +83,8 @@ def run(out_dir, tokenizer, rank, loss_type):
     grads = record_gradients(trainer)
     rows = record_kept_rows(trainer)
     trainer.train()
+    if ppo:  # the critic's rows: each process's share of the pool, with the returns GAE gave them
+        return {"rows": dict(rows), "logs": trainer.state.log_history}
     return {"grads": grads.steps, "rows": dict(rows), "logs": trainer.state.log_history}
 
 
@@ -82,6 +92,7 @@ def main(out_dir):
     rank = int(os.environ["RANK"])  # set by torchrun
     tokenizer = make_tiny_tokenizer()
     results = {loss_type: run(out_dir, tokenizer, rank, loss_type) for loss_type in LOSS_TYPES}
+    results["ppo"] = run(out_dir, tokenizer, rank, "dapo", ppo=True)
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finish_processes()
 
