@@ -231,3 +231,18 @@ def test_the_sample_log_shows_the_first_round_and_counts_the_rounds(tmp_path, ti
     assert record["generation_rounds"] == 2 and record["refill_kept_groups"] == 2
     assert record["num_groups"] == 2  # the first round's groups, P0 and P2: P2 kept, P0 not
     assert sorted((g["prompt"], g["kept"]) for g in record["groups"]) == [("P0:", False), ("P2:", True)]
+
+
+def test_with_several_optimizer_steps_per_generation_refill_takes_the_next_unstarted_batch(tmp_path, tiny_tokenizer):
+    """steps_per_generation = 2, GA = 1: the Trainer pulls one repeat of a generation batch per optimizer step, so a
+    refill reads past the repeat it has not pulled yet; every prompt is still drawn once, in order."""
+    trainer = scripted_trainer(tmp_path, tiny_tokenizer, prompts=PROMPTS, **{**REFILL, "per_device_train_batch_size": 4},
+                               gradient_accumulation_steps=1, steps_per_generation=2, max_steps=4)  # fmt: skip
+    trained = record_loss_rows(trainer)
+    trainer.train()
+    assert [sorted(set(call)) for call in trained] == [["P1:", "P2:"]] * 4  # 8 kept rows over 2 steps, twice
+    logs = [log for log in trainer.state.log_history if "ragen2/filter/generation_rounds" in log]
+    assert [(log["ragen2/filter/generation_rounds"], log["ragen2/filter/prompts_consumed"]) for log in logs] == [
+        (2, 4),
+        (2, 8),
+    ]
