@@ -19,6 +19,13 @@ CPU time (`time.process_time`) is printed too.
 
     python benchmarks/mi_cost.py      # P=2, G=4, T=5, L=24: the batch of the CPU preset (recipes/configs/agent_cpu.yaml)
     python benchmarks/mi_cost.py --prompts 4 --generations 4 --max_tokens_per_turn 96   # a larger batch
+
+`--recipe_engines` instead runs the FrozenLake recipe on the CPU preset (SmolLM2, 2 steps, MI at step 1 only: the
+default schedule's first diagnostic) once per generation engine x MI scorer, in the vLLM environment's interpreter
+(`--python`), and prints each run's step time with and without the diagnostics, the MI time per scope, and its
+share of the step when MI runs every step and every 5 steps:
+
+    python benchmarks/mi_cost.py --recipe_engines --python .venv-vllm/bin/python --out_dir benchmarks/results/mi_cost
 """
 
 from __future__ import annotations
@@ -139,7 +146,66 @@ def plain_forward(model, num_tokens: int, row_length: int, rows_per_forward: int
     return rows * row_length, wall, cpu
 
 
+# generation engine, MI scorer: HF with its scorer, vLLM with each scorer
+RECIPE_RUNS = (("hf", "transformers"), ("vllm", "transformers"), ("vllm", "vllm"))
+
+
+def recipe_engines(python: str, out_dir: str, every: int = 5) -> None:
+    """The FrozenLake recipe on the CPU preset, once per `RECIPE_RUNS` entry; writes `recipe_engines.json`."""
+    import subprocess
+    from pathlib import Path
+
+    from trl_ragen2.models.smollm2 import smollm2_path
+
+    root = Path(__file__).resolve().parent.parent
+    runs = []
+    for generation, scorer in RECIPE_RUNS:
+        with tempfile.TemporaryDirectory() as folder:
+            command = [python, str(root / "recipes" / "frozen_lake.py"), "--config",
+                       str(root / "recipes" / "configs" / "agent_cpu.yaml"), "--model_name_or_path", smollm2_path(),
+                       "--use_vllm", str(generation == "vllm").lower(), "--vllm_mode", "colocate",
+                       "--mi_engine", scorer, "--mi_every_n_steps", "1000", "--max_steps", "2",
+                       "--eval_strategy", "no", "--write_plots", "false", "--output_dir", folder]  # fmt: skip
+            proc = subprocess.run(command, capture_output=True, text=True)
+            if proc.returncode:
+                raise RuntimeError(f"{generation}/{scorer} failed:\n{proc.stderr[-4000:]}")
+            logs = [json.loads(line) for line in (Path(folder) / "metrics.jsonl").read_text().splitlines()]
+        steps = [log for log in logs if "step_time" in log]
+        mi = {scope: steps[0].get(f"ragen2/mi/{scope}/time_s", 0.0) for scope in MI_SCOPES}
+        with_mi, without_mi = steps[0]["step_time"], steps[1]["step_time"]
+        total = sum(mi.values())
+        run = {
+            "generation": generation,
+            "scorer": scorer,
+            "step_with_mi_s": with_mi,
+            "step_without_mi_s": without_mi,
+            "mi_s": mi,
+            "mi_share_every_step": total / with_mi,
+            f"mi_share_every_{every}_steps": total / (total + every * without_mi),
+        }
+        runs.append(run)
+        print(json.dumps(run), flush=True)
+    command = f"python benchmarks/mi_cost.py --recipe_engines --python {Path(python).parent.parent.name}/bin/python"
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / "recipe_engines.json").write_text(json.dumps({"command": command, "runs": runs}, indent=1) + "\n")
+    print(
+        "| generation | scorer | step with MI (s) | step without (s) | MI per scope (s) | share, every step | share, every 5 |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for run in runs:
+        scopes = ", ".join(f"{scope} {seconds:.1f}" for scope, seconds in run["mi_s"].items())
+        print(f"| {run['generation']} | {run['scorer']} | {run['step_with_mi_s']:.1f} | {run['step_without_mi_s']:.1f} | "
+              f"{scopes} | {run['mi_share_every_step']:.3f} | {run[f'mi_share_every_{every}_steps']:.3f} |")  # fmt: skip
+
+
 def main(argv=None):
+    if argv is None and "--recipe_engines" in sys.argv:
+        extra = argparse.ArgumentParser()
+        extra.add_argument("--recipe_engines", action="store_true")
+        extra.add_argument("--python", default=sys.executable, help="the vLLM environment's interpreter")
+        extra.add_argument("--out_dir", default="outputs/mi_cost")
+        options = extra.parse_args()
+        return recipe_engines(options.python, options.out_dir)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=2, help="P: prompts per step")
     parser.add_argument("--generations", type=int, default=4, help="G: rollouts per prompt")
