@@ -86,9 +86,8 @@ class RefillMixin:
         this process's share of the kept rows. `inputs` / `batch`: the first round, already made and scored."""
         args, G = self.args, self.num_generations
         target = args.reward_variance_refill_target_groups or args.generation_batch_size // G
-        rounds = [
-            (inputs, batch, self._scored.rewards_per_func)
-        ]  # per round: rows, local batch, (N_global, F) rewards
+        # per round: this process's dataset rows, its local batch, the gathered (N_global, F) rewards
+        rounds = [(inputs, batch, self._scored.rewards_per_func)]
         seconds = 0.0
         while True:
             rewards_per_func = torch.cat([r for _, _, r in rounds])  # (R * N_global, F), round after round
