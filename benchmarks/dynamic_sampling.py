@@ -42,6 +42,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
 
+import collapse_analysis as analysis  # noqa: E402
 import template_collapse as toy  # noqa: E402
 import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
@@ -242,6 +243,13 @@ def report(folder: str) -> None:
             values = [r[column] for r in mine]
             cells.append(f"{statistics.fmean(values):.3g} ({min(values):.3g} .. {max(values):.3g})")
         print(f"| {arm} | {len(mine)} | " + " | ".join(cells) + " |")
+    shrink = {r["seed"]: r["hard_success"] for r in runs if r["arm"] == "shrink"}
+    print("\nhard-letter success, each arm - shrink, paired by seed (95% t interval over seeds)")
+    for arm in ARMS:
+        if arm != "shrink" and any(r["arm"] == arm for r in runs):
+            diff = analysis.paired({r["seed"]: r["hard_success"] for r in runs if r["arm"] == arm}, shrink)
+            low, high = diff.ci95
+            print(f"  {arm:<14} n={len(diff.seeds)}  {diff.mean:+.3f}  [{low:+.3f}, {high:+.3f}]  p {diff.p:.3g}")
 
 
 def main(argv=None):
