@@ -147,65 +147,124 @@ def plain_forward(model, num_tokens: int, row_length: int, rows_per_forward: int
 
 
 # generation engine, MI scorer: HF with its scorer, vLLM with each scorer
-RECIPE_RUNS = (("hf", "transformers"), ("vllm", "transformers"), ("vllm", "vllm"))
+# Each recipe run: (name, shape, generation engine, MI engine, steps, MI every n steps). The MI-cost runs diagnose
+# step 1 only (the default schedule's first diagnostic) and time step 2 without it; the `auto` run diagnoses every
+# step, so its steps 1 and 2 calibrate each scope (transformers, then vLLM) and step 3 uses the faster engine.
+RECIPE_RUNS = (
+    ("cpu_preset/hf/transformers", "cpu_preset", "hf", "transformers", 2, 1000),
+    ("cpu_preset/vllm/transformers", "cpu_preset", "vllm", "transformers", 2, 1000),
+    ("cpu_preset/vllm/vllm", "cpu_preset", "vllm", "vllm", 2, 1000),
+    ("cpu_preset/vllm/auto", "cpu_preset", "vllm", "auto", 3, 1),
+    ("16x5x96/hf/transformers", "16x5x96", "hf", "transformers", 2, 1000),
+    ("16x5x96/vllm/transformers", "16x5x96", "vllm", "transformers", 2, 1000),
+)
+# Overrides of the CPU preset per shape: 16 rollouts (4 prompts x 4) of 5 turns of up to 96 tokens
+SHAPES = {
+    "cpu_preset": [],
+    "16x5x96": ["--per_device_train_batch_size", "16", "--max_tokens_per_turn", "96", "--max_turns", "5"],
+}
+RECIPE_FILE = "recipe_engines.json"
 
 
-def recipe_engines(python: str, out_dir: str, every: int = 5) -> None:
-    """The FrozenLake recipe on the CPU preset, once per `RECIPE_RUNS` entry; writes `recipe_engines.json`."""
+def recipe_run(python: str, name: str, every: int = 5) -> dict:
+    """One `RECIPE_RUNS` entry: the FrozenLake recipe on the CPU preset (SmolLM2) in `python`; its step times, MI
+    time per scope and engine, and MI's share of the step when it runs every step and every `every` steps."""
     import subprocess
     from pathlib import Path
 
     from trl_ragen2.models.smollm2 import smollm2_path
 
+    _, shape, generation, scorer, steps, mi_every = next(run for run in RECIPE_RUNS if run[0] == name)
     root = Path(__file__).resolve().parent.parent
-    runs = []
-    for generation, scorer in RECIPE_RUNS:
-        with tempfile.TemporaryDirectory() as folder:
-            command = [python, str(root / "recipes" / "frozen_lake.py"), "--config",
-                       str(root / "recipes" / "configs" / "agent_cpu.yaml"), "--model_name_or_path", smollm2_path(),
-                       "--use_vllm", str(generation == "vllm").lower(), "--vllm_mode", "colocate",
-                       "--mi_engine", scorer, "--mi_every_n_steps", "1000", "--max_steps", "2",
-                       "--eval_strategy", "no", "--write_plots", "false", "--output_dir", folder]  # fmt: skip
-            proc = subprocess.run(command, capture_output=True, text=True)
-            if proc.returncode:
-                raise RuntimeError(f"{generation}/{scorer} failed:\n{proc.stderr[-4000:]}")
-            logs = [json.loads(line) for line in (Path(folder) / "metrics.jsonl").read_text().splitlines()]
-        steps = [log for log in logs if "step_time" in log]
-        mi = {scope: steps[0].get(f"ragen2/mi/{scope}/time_s", 0.0) for scope in MI_SCOPES}
-        with_mi, without_mi = steps[0]["step_time"], steps[1]["step_time"]
-        total = sum(mi.values())
-        run = {
-            "generation": generation,
-            "scorer": scorer,
-            "step_with_mi_s": with_mi,
-            "step_without_mi_s": without_mi,
-            "mi_s": mi,
-            "mi_share_every_step": total / with_mi,
-            f"mi_share_every_{every}_steps": total / (total + every * without_mi),
-        }
-        runs.append(run)
-        print(json.dumps(run), flush=True)
-    command = f"python benchmarks/mi_cost.py --recipe_engines --python {Path(python).parent.parent.name}/bin/python"
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    (Path(out_dir) / "recipe_engines.json").write_text(json.dumps({"command": command, "runs": runs}, indent=1) + "\n")
-    print(
-        "| generation | scorer | step with MI (s) | step without (s) | MI per scope (s) | share, every step | share, every 5 |"
-    )
+    with tempfile.TemporaryDirectory() as folder:
+        command = [python, str(root / "recipes" / "frozen_lake.py"), "--config",
+                   str(root / "recipes" / "configs" / "agent_cpu.yaml"), "--model_name_or_path", smollm2_path(),
+                   *SHAPES[shape], "--use_vllm", str(generation == "vllm").lower(), "--vllm_mode", "colocate",
+                   "--mi_engine", scorer, "--mi_every_n_steps", str(mi_every), "--max_steps", str(steps),
+                   "--eval_strategy", "no", "--write_plots", "false", "--output_dir", folder]  # fmt: skip
+        proc = subprocess.run(command, capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"{name} failed:\n{proc.stderr[-4000:]}")
+        logs = [json.loads(line) for line in (Path(folder) / "metrics.jsonl").read_text().splitlines()]
+    logs = [log for log in logs if "step_time" in log]
+    keys = ("time_s", "vllm_engine", "num_pairs", "num_columns")
+    run = {
+        "shape": shape, "generation": generation, "scorer": scorer,
+        "steps": [{"step_s": log["step_time"],
+                   **{f"{scope}/{key}": log.get(f"ragen2/mi/{scope}/{key}") for scope in MI_SCOPES for key in keys}}
+                  for log in logs],
+    }  # fmt: skip
+    if mi_every > 1:  # step 1 with MI, step 2 without
+        with_mi, without_mi = logs[0]["step_time"], logs[1]["step_time"]
+        total = sum(logs[0].get(f"ragen2/mi/{scope}/time_s", 0.0) for scope in MI_SCOPES)
+        run.update({
+            "step_with_mi_s": with_mi, "step_without_mi_s": without_mi,
+            "mi_s": {scope: logs[0].get(f"ragen2/mi/{scope}/time_s", 0.0) for scope in MI_SCOPES},
+            "mi_share_every_step": total / with_mi, f"mi_share_every_{every}_steps": total / (total + every * without_mi),
+        })  # fmt: skip
+    return run
+
+
+def recipe_engines(python: str, out_dir: str, names: list[str]) -> None:
+    """Run the `names` of `RECIPE_RUNS` one after another and merge each into `out_dir/recipe_engines.json` as it
+    finishes (runs of other invocations are kept), then print the tables."""
+    from pathlib import Path
+
+    path = Path(out_dir) / RECIPE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    runs = stored.get("runs", {}) if isinstance(stored.get("runs"), dict) else {}
+    interpreter = f"{Path(python).parent.parent.name}/bin/python"
+    for name in names:
+        run = recipe_run(python, name)
+        run["command"] = f"python benchmarks/mi_cost.py --recipe_engines {name} --python {interpreter}"
+        runs[name] = run
+        print(json.dumps({name: run}), flush=True)
+        path.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    print_recipe_tables(out_dir)
+
+
+def print_recipe_tables(out_dir: str, every: int = 5) -> None:
+    """The tables of `out_dir/recipe_engines.json`: MI's share of the step per run, and the `auto` run's engines."""
+    from pathlib import Path
+
+    runs = json.loads((Path(out_dir) / RECIPE_FILE).read_text())["runs"]
+    print(f"| run | step with MI (s) | step without (s) | MI per scope (s) | chains x columns per scope "
+          f"| share, every step | share, every {every} |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    for run in runs:
+    for name, run in runs.items():
+        if "mi_s" not in run:
+            continue
+        step = run["steps"][0]
         scopes = ", ".join(f"{scope} {seconds:.1f}" for scope, seconds in run["mi_s"].items())
-        print(f"| {run['generation']} | {run['scorer']} | {run['step_with_mi_s']:.1f} | {run['step_without_mi_s']:.1f} | "
-              f"{scopes} | {run['mi_share_every_step']:.3f} | {run[f'mi_share_every_{every}_steps']:.3f} |")  # fmt: skip
+        pairs = ", ".join(f"{scope} {step[f'{scope}/num_pairs']:.0f} x {step[f'{scope}/num_columns']:.0f}"
+                          for scope in MI_SCOPES if step.get(f"{scope}/num_pairs") is not None)  # fmt: skip
+        print(f"| {name} | {run['step_with_mi_s']:.1f} | {run['step_without_mi_s']:.1f} | {scopes} | {pairs} | "
+              f"{run['mi_share_every_step']:.3f} | {run[f'mi_share_every_{every}_steps']:.3f} |")  # fmt: skip
+    for name, run in runs.items():
+        if "mi_s" in run:
+            continue
+        print(f"\n{name}: MI every step; per step, each scope's engine and seconds")
+        print("| step | step (s) | " + " | ".join(MI_SCOPES) + " |")
+        print("|---|---|" + "---|" * len(MI_SCOPES))
+        for number, step in enumerate(run["steps"], start=1):
+            cells = [f"{'vLLM' if step[f'{scope}/vllm_engine'] else 'transformers'} {step[f'{scope}/time_s']:.1f}"
+                     for scope in MI_SCOPES]  # fmt: skip
+            print(f"| {number} | {step['step_s']:.1f} | " + " | ".join(cells) + " |")
 
 
 def main(argv=None):
     if argv is None and "--recipe_engines" in sys.argv:
         extra = argparse.ArgumentParser()
-        extra.add_argument("--recipe_engines", action="store_true")
+        names = [run[0] for run in RECIPE_RUNS]
+        extra.add_argument("--recipe_engines", nargs="*", choices=names, help="the runs (default: all)")
         extra.add_argument("--python", default=sys.executable, help="the vLLM environment's interpreter")
         extra.add_argument("--out_dir", default="outputs/mi_cost")
+        extra.add_argument("--report", action="store_true", help="only print the tables of the stored runs")
         options = extra.parse_args()
-        return recipe_engines(options.python, options.out_dir)
+        if options.report:
+            return print_recipe_tables(options.out_dir)
+        return recipe_engines(options.python, options.out_dir, options.recipe_engines or names)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=2, help="P: prompts per step")
     parser.add_argument("--generations", type=int, default=4, help="G: rollouts per prompt")

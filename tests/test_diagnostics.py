@@ -28,7 +28,7 @@ class RecordingScorer:
 def test_scopes_build_the_right_pairs(tiny_model, tiny_tokenizer):
     batch, prompts, completions = build_batch(tiny_tokenizer, ROLLOUTS)
     scorer = RecordingScorer(tiny_model)
-    diagnostics = MIDiagnostics(MIDiagnosticsConfig(num_samples=64), scorer=scorer)
+    diagnostics = MIDiagnostics(MIDiagnosticsConfig(num_samples=64, trajectory_chains=None), scorer=scorer)
     metrics = diagnostics.compute(batch, [{}] * 4, tokenizer=tiny_tokenizer, scorer=scorer)
     think = encode(tiny_tokenizer, "<think>")
     # first turn: the two distinct prompts (+ <think>) are the columns; row 2's first turn has empty reasoning
@@ -50,6 +50,29 @@ def test_scopes_build_the_right_pairs(tiny_model, tiny_tokenizer):
     assert 1 / pairs <= metrics["ragen2/mi/trajectory/retrieval_chance"] < 1  # repeated draws mark `same` columns
     finite = [k for k, v in metrics.items() if math.isfinite(v)]
     assert len(finite) == len(metrics)
+
+
+def test_trajectory_chains_score_a_subset_of_the_chains_against_every_context(tiny_model, tiny_tokenizer):
+    batch, _, _ = build_batch(tiny_tokenizer, ROLLOUTS)
+    results = {}
+    for chains in (None, 5):
+        diagnostics = MIDiagnostics(MIDiagnosticsConfig(trajectory_chains=chains))
+        metrics = diagnostics.compute(
+            batch, [{}] * 4, tokenizer=tiny_tokenizer, scorer=TransformersCrossScorer(tiny_model)
+        )
+        results[chains] = diagnostics.last_results["trajectory"], metrics
+    (full, full_metrics), (subset, subset_metrics) = results[None], results[5]
+    assert subset.logp.shape == (5, full.logp.shape[1])  # 5 chains, every column of the full matrix
+    assert subset_metrics["ragen2/mi/trajectory/num_columns"] == full_metrics["ragen2/mi/trajectory/num_columns"]
+    # each scored chain's row is its row of the full matrix: same chain, same own column, same scores
+    full_rows = {
+        (tuple(chain), target): row
+        for chain, target, row in zip(full.chains, full.target.tolist(), full.logp, strict=True)
+    }
+    for chain, target, row in zip(subset.chains, subset.target.tolist(), subset.logp, strict=True):
+        torch.testing.assert_close(row, full_rows[tuple(chain), target], rtol=0, atol=1e-4)
+    # the first-turn scope is not subsampled
+    assert subset_metrics["ragen2/mi/first_turn/num_pairs"] == full_metrics["ragen2/mi/first_turn/num_pairs"]
 
 
 def test_scopes_share_scores_within_a_batch(tiny_model, tiny_tokenizer):

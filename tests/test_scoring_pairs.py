@@ -10,6 +10,7 @@ from trl_ragen2.collapse.scoring import (
     PairBuilder,
     RowInfo,
     ThinkTagExtractor,
+    chains_to_score,
     completion_lengths,
     expand_columns,
     negatives_matrix,
@@ -171,3 +172,37 @@ def test_negatives_random_and_similar():
     assert logp.tolist() == [[-1.0, -4.0, -2.0]] and target.tolist() == [0]
     with pytest.raises(ValueError, match="negative sampling"):
         select_negatives([0], contexts, 1, "hard", seed=0, keys=[0])
+
+
+def test_chains_to_score_is_a_uniform_subset():
+    keys = [3, 7, 8, 12, 20, 31]
+    assert chains_to_score(keys, None, torch.Generator()) == set(keys)
+    assert chains_to_score(keys, 6, torch.Generator()) == set(keys)
+    counts, subsets = Counter(), Counter()
+    trials = 3000
+    for seed in range(trials):
+        chosen = chains_to_score(keys, 3, torch.Generator().manual_seed(seed))
+        assert len(chosen) == 3 and chosen <= set(keys)
+        counts.update(chosen)
+        subsets[frozenset(chosen)] += 1
+    # every key is in half the subsets (binomial sd sqrt(3000 / 4) = 27), and all 20 subsets occur about equally
+    assert all(abs(counts[key] - trials / 2) < 4 * 27 for key in keys)
+    assert len(subsets) == 20 and max(subsets.values()) < 2 * trials / 20
+
+
+def test_proxies_over_every_subset_of_chains_average_to_the_full_batch():
+    """Retrieval-Acc, MI-Est, H(Z|X) and H(Z) are means over chains of terms of the chain's whole row, so over all
+    equally likely subsets of rows (every column kept) they average to the full matrix's values."""
+    import itertools
+
+    from trl_ragen2.collapse.mi import mi_metrics
+
+    generator = torch.Generator().manual_seed(0)
+    logp = -torch.rand(6, 6, generator=generator, dtype=torch.float64) * 20  # (chains, columns)
+    lengths = torch.tensor([3.0, 5, 4, 7, 2, 6], dtype=torch.float64)
+    target = torch.tensor([0, 1, 2, 3, 4, 5])
+    full = mi_metrics(logp, lengths, target)
+    subsets = [list(rows) for rows in itertools.combinations(range(6), 3)]
+    for key in ("retrieval_acc", "mi_est", "mi_seq_est", "cond_entropy", "marginal_entropy", "retrieval_chance"):
+        average = sum(mi_metrics(logp[rows], lengths[rows], target[rows])[key] for rows in subsets) / len(subsets)
+        assert average == pytest.approx(full[key], abs=1e-12), key

@@ -65,6 +65,7 @@ from .text_diagnostics import batch_text_metrics
 logger = logging.getLogger(__name__)
 
 ENGINES = ("auto", "transformers", "vllm")
+DEFAULT_TRAJECTORY_CHAINS = 16
 STATE_FILE = "mi_diagnostics_state.json"
 COUNT_KEYS = ("num_pairs", "num_dropped_empty", "num_unscored", "time_s", "vllm_engine")
 
@@ -78,6 +79,12 @@ class MIDiagnosticsConfig:
         enabled (`bool`, defaults to `True`): run the diagnostics at all.
         every_n_steps (`int`, defaults to `5`): run at step 1 and every multiple of this (RAGEN's `compute_freq`).
         num_samples (`int`, defaults to `64`): sampled pairs per scope (RAGEN's `num_samples`).
+        trajectory_chains (`int` or `None`, defaults to `16`): chains of the trajectory scope that are scored, a
+            uniform subset of its kept draws, each under every drawn context (all of them are still the columns).
+            Every proxy is a mean over chains of a term that depends on the chain's whole row, so the estimate is
+            unbiased for the full matrix's; the bootstrap interval, which resamples chains, widens to say so. The
+            trajectory scope costs chains x columns pairs, so this divides its cost by about columns / chains.
+            `None` scores every draw's chain (RAGEN).
         scopes (`tuple[str, ...]`, defaults to `("first_turn", "trajectory")`): which scopes to compute:
             `first_turn`, the initial prompt against the first turn's reasoning; `trajectory`, the history up to a
             turn against that turn's reasoning.
@@ -111,6 +118,10 @@ class MIDiagnosticsConfig:
     enabled: bool = field(default=True, metadata={"help": "Run the RAGEN-2 MI collapse diagnostics."})
     every_n_steps: int = field(default=5, metadata={"help": "Run at step 1, then every N steps (RAGEN: 5)."})
     num_samples: int = field(default=64, metadata={"help": "Pairs sampled per scope (RAGEN: 64)."})
+    trajectory_chains: int | None = field(
+        default=DEFAULT_TRAJECTORY_CHAINS,
+        metadata={"help": "Trajectory chains scored, a uniform subset, against every context (None: all, RAGEN)."},
+    )
     scopes: tuple[str, ...] = field(default=MI_SCOPES, metadata={"help": "Scopes: first_turn and/or trajectory."})
     engine: str = field(
         default="auto", metadata={"help": "'transformers', 'vllm' or 'auto' (with vLLM: the faster per scope)."}
@@ -149,6 +160,12 @@ class MIDiagnosticsConfig:
         checks = [
             ("every_n_steps", self.every_n_steps, self.every_n_steps >= 1, "use an integer >= 1 (RAGEN uses 5)"),
             ("num_samples", self.num_samples, self.num_samples >= 1, "use an integer >= 1 (RAGEN uses 64)"),
+            (
+                "trajectory_chains",
+                self.trajectory_chains,
+                self.trajectory_chains is None or self.trajectory_chains >= 2,
+                "use an integer >= 2, or None to score every chain (RAGEN)",
+            ),
             (
                 "scopes",
                 self.scopes,
@@ -333,6 +350,7 @@ class MIDiagnostics:
                     builder=builder,
                     scorer=scope_scorer,
                     num_samples=self.config.num_samples,
+                    num_chains=self.config.trajectory_chains if scope == "trajectory" else None,
                     seed=self.config.seed,
                     step=step,
                     num_negatives=self.config.num_negatives,

@@ -49,6 +49,8 @@ class MIDiagnosticsArguments:
             Run at step 1, then every N steps (RAGEN: 5).
         mi_num_samples (`int`, *optional*, defaults to `64`):
             Pairs sampled per scope (RAGEN: 64).
+        mi_trajectory_chains (`int` or `None`, *optional*, defaults to `16`):
+            Trajectory chains scored, a uniform subset, against every context (None: all, RAGEN).
         mi_scopes (`list[str]`, *optional*, defaults to `["first_turn", "trajectory"]`):
             Scopes: first_turn and/or trajectory.
         mi_engine (`str`, *optional*, defaults to `"auto"`):
@@ -78,6 +80,10 @@ class MIDiagnosticsArguments:
     mi_diagnostics: bool = field(default=True, metadata={"help": "Run the RAGEN-2 MI collapse diagnostics."})
     mi_every_n_steps: int = field(default=5, metadata={"help": "Run at step 1, then every N steps (RAGEN: 5)."})
     mi_num_samples: int = field(default=64, metadata={"help": "Pairs sampled per scope (RAGEN: 64)."})
+    mi_trajectory_chains: int | None = field(
+        default=16,
+        metadata={"help": "Trajectory chains scored, a uniform subset, against every context (None: all, RAGEN)."},
+    )
     mi_scopes: list[str] = field(
         default_factory=lambda: list(MI_SCOPES), metadata={"help": "Scopes: first_turn and/or trajectory."}
     )

@@ -5,7 +5,8 @@
   so with P prompts x G rollouts, chance retrieval is about 1/P.
 - **trajectory**: `num_samples` draws *with* replacement, a row m ~ U(rows) then a turn t ~ U(turns of m);
   X = the full history before turn t (prompt + completion tokens before that turn), Z = turn t's reasoning. Each kept
-  draw is its own column; identical contexts are marked `same` (they count as correct retrievals).
+  draw is its own column; identical contexts are marked `same` (they count as correct retrievals). Only a uniform
+  subset of the draws' chains may be scored ([`chains_to_score`]), each still against every column.
 
 Sampling uses only per-row metadata ([`RowInfo`]: prompt ids and turn count) gathered from every process, and a
 seeded generator, so all processes draw the same pairs. Z is the extracted reasoning text re-tokenised (as RAGEN
@@ -98,6 +99,18 @@ def sample_trajectory(
         turn = int(torch.randint(num_turns, (1,), generator=generator))
         draws.append(Draw(index=index, row=row, turn=turn, column=index))
     return draws, without_turns
+
+
+def chains_to_score(keys: Sequence[int], num_chains: int | None, generator: torch.Generator) -> set[int]:
+    """A uniform subset of `num_chains` of `keys` (all of them when `num_chains` is None or not smaller).
+
+    The scope scores only these draws' chains, each against every column. Each subset of that size is equally
+    likely, so a mean over the chosen chains of a per-chain term is unbiased for the mean over all of them.
+    """
+    if num_chains is None or num_chains >= len(keys):
+        return set(keys)
+    chosen = torch.randperm(len(keys), generator=generator)[:num_chains].tolist()
+    return {keys[i] for i in chosen}
 
 
 class PairBuilder:

@@ -28,6 +28,7 @@ from .pairs import (
     Draw,
     PairBuilder,
     RowInfo,
+    chains_to_score,
     expand_columns,
     negatives_matrix,
     sample_first_turn,
@@ -153,6 +154,7 @@ def score_scope(
     num_samples: int,
     seed: int,
     step: int,
+    num_chains: int | None = None,
     num_negatives: int | None = None,
     negative_sampling: str = "random",
     sync_forwards: bool = False,
@@ -161,7 +163,8 @@ def score_scope(
     """Collectives 2-4 for one scope (see the module docstring); every process must call it.
 
     `memo` holds scores already computed for this batch; pass the same [`ScoreMemo`] to every scope of a batch (never
-    across batches: the weights change).
+    across batches: the weights change). `num_chains` scores only a uniform subset of that many kept chains (drawn
+    alike on every process), each against every column.
     """
     began = time.perf_counter()
     generator = scope_generator(seed, step, scope)
@@ -189,9 +192,10 @@ def score_scope(
         column_of_draw = {index: position for position, (index, _, _) in enumerate(kept)}
     contexts, column_context = unique_contexts(columns)
     result = ScopeResult(num_dropped_empty=num_dropped)
+    scored = chains_to_score([index for index, _, _ in kept], num_chains, generator)
 
     # -- collective 3 (inside the scorer for server/sharded engines): score this process's chains
-    mine = [(draw, chain) for draw, _, chain in pairs if chain]
+    mine = [(draw, chain) for draw, _, chain in pairs if chain and draw.index in scored]
     rows: list = []
     if not errors and kept:
         try:
