@@ -56,8 +56,9 @@ def timed(fn):
     return out, time.perf_counter() - began, time.process_time() - cpu
 
 
-def train_two_steps(args, output_dir):
-    """Two real GRPO steps; returns (trainer, the diagnostics step's (rows, batch), per-step logs)."""
+def train_two_steps(args, output_dir, steps: int = 2, **overrides):
+    """Two real GRPO steps (or `steps`), config fields as `overrides`; returns (trainer, the diagnostics step's
+    (rows, batch), per-step logs)."""
     from trl_ragen2 import SNRFilteredGRPOConfig, SNRFilteredGRPOTrainer
     from trl_ragen2.agents.rollout import RolloutConfig
     from trl_ragen2.agents.rollout_func import RagenRollout, env_return
@@ -71,9 +72,10 @@ def train_two_steps(args, output_dir):
     config = SNRFilteredGRPOConfig(**engine,
         output_dir=output_dir, **{**CPU_TRAINING_KWARGS, "gradient_checkpointing": True},  # as the CPU presets
         num_generations=args.generations,
-        per_device_train_batch_size=rollouts, max_steps=2, learning_rate=1e-6, beta=0.0, logging_steps=1,
+        per_device_train_batch_size=rollouts, max_steps=steps, learning_rate=1e-6, beta=0.0, logging_steps=1,
         max_completion_length=args.max_turns * (args.max_tokens_per_turn + 120), save_strategy="no",
         reward_variance_top_p_mode="softmax", reward_variance_include_zero=True, seed=0, disable_tqdm=True,
+        **overrides,
     )  # fmt: skip
     train, _ = build_datasets("frozen_lake", {}, rollouts, 0)
     rollout = RolloutConfig(max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn)
@@ -253,6 +255,92 @@ def print_recipe_tables(out_dir: str, every: int = 5) -> None:
             print(f"| {number} | {step['step_s']:.1f} | " + " | ".join(cells) + " |")
 
 
+SUBSAMPLING_KEYS = ("retrieval_acc", "mi_est", "cond_entropy")
+SUBSAMPLING_FILE = "chain_subsampling.json"
+
+
+def subsampling_widening(matrix: dict, chain_counts, num_subsets: int = 400, seed: int = 0) -> list[dict]:
+    """What scoring a uniform subset of n chains (every column kept) costs in precision, on one full trajectory
+    matrix (`matrix`: `logp` (N, C), `lengths` (N,), `target` (N,), `same` (N, C)).
+
+    Per n: over `num_subsets` uniform subsets, the mean of each proxy against the full matrix's value (unbiased:
+    equal in expectation), its standard deviation across subsets, the mean width of the subsets' 95% bootstrap
+    intervals, and how often those intervals hold the full matrix's value.
+    """
+    from trl_ragen2.collapse.mi import mi_metrics
+    from trl_ragen2.collapse.mi_uncertainty import mi_uncertainty
+
+    logp, lengths = torch.tensor(matrix["logp"]), torch.tensor(matrix["lengths"])
+    target, same = torch.tensor(matrix["target"]), torch.tensor(matrix["same"])
+    num_chains = logp.shape[0]
+    full = mi_metrics(logp, lengths, target, same)
+    generator = torch.Generator().manual_seed(seed)
+    table = []
+    for n in chain_counts:
+        values = {key: [] for key in SUBSAMPLING_KEYS}
+        widths = {key: [] for key in SUBSAMPLING_KEYS}
+        covered = dict.fromkeys(SUBSAMPLING_KEYS, 0)
+        for draw in range(num_subsets if n < num_chains else 1):
+            rows = torch.randperm(num_chains, generator=generator)[:n]
+            metrics = mi_metrics(logp[rows], lengths[rows], target[rows], same[rows])
+            intervals = mi_uncertainty(logp[rows], lengths[rows], target[rows], same[rows], num_permutations=1,
+                                       num_bootstrap=1000, seed=seed + draw)  # fmt: skip
+            for key in SUBSAMPLING_KEYS:
+                low, high = intervals[f"{key}_ci_low"], intervals[f"{key}_ci_high"]
+                values[key].append(metrics[key])
+                widths[key].append(high - low)
+                covered[key] += low <= full[key] <= high
+        row = {"chains": int(n), "columns": int(logp.shape[1]), "subsets": len(values[SUBSAMPLING_KEYS[0]])}
+        for key in SUBSAMPLING_KEYS:
+            estimates = torch.tensor(values[key], dtype=torch.float64)
+            row[key] = {
+                "full": full[key], "mean": estimates.mean().item(),
+                "sd": estimates.std().item() if len(estimates) > 1 else 0.0,
+                "mean_ci_width": sum(widths[key]) / len(widths[key]), "coverage": covered[key] / len(widths[key]),
+            }  # fmt: skip
+        table.append(row)
+    return table
+
+
+def print_subsampling_table(out_dir: str) -> None:
+    """The table of `out_dir/chain_subsampling.json`."""
+    from pathlib import Path
+
+    stored = json.loads((Path(out_dir) / SUBSAMPLING_FILE).read_text())
+    print(f"Trajectory scope, {stored['setting']}: chains scored (a uniform subset) x all columns")
+    print("| chains x columns | proxy | full matrix | mean over subsets | sd over subsets | mean 95% CI width "
+          "| CI holds the full value |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for row in stored["table"]:
+        for key in SUBSAMPLING_KEYS:
+            cell = row[key]
+            print(f"| {row['chains']} x {row['columns']} ({row['subsets']} subsets) | {key} | {cell['full']:.4f} | "
+                  f"{cell['mean']:.4f} | {cell['sd']:.4f} | {cell['mean_ci_width']:.4f} | {cell['coverage']:.3f} |")  # fmt: skip
+
+
+def chain_subsampling(args, out_dir: str) -> None:
+    """One real step with the full trajectory matrix (`mi_trajectory_chains=None`), then `subsampling_widening` on
+    it; writes `out_dir/chain_subsampling.json` (the matrix too, so the table can be recomputed) and prints it."""
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as output_dir:
+        trainer, _, _ = train_two_steps(args, output_dir, steps=1, mi_trajectory_chains=None)
+    result = trainer.mi_diagnostics.last_results["trajectory"]
+    matrix = {"logp": result.logp.tolist(), "lengths": result.lengths.tolist(), "target": result.target.tolist(),
+              "same": result.same.tolist()}  # fmt: skip
+    num_chains = len(matrix["logp"])
+    counts = sorted({n for n in (8, 16, num_chains // 2) if n < num_chains} | {num_chains})
+    setting = (f"SmolLM2-135M FrozenLake, P={args.prompts} x G={args.generations}, T={args.max_turns}, "
+               f"L={args.max_tokens_per_turn}, {args.generation} generation, step 1")  # fmt: skip
+    stored = {
+        "command": "python benchmarks/mi_cost.py --chain_subsampling " + " ".join(sys.argv[2:]),
+        "setting": setting, "matrix": matrix, "table": subsampling_widening(matrix, counts),
+    }  # fmt: skip
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / SUBSAMPLING_FILE).write_text(json.dumps(stored) + "\n")
+    print_subsampling_table(out_dir)
+
+
 def main(argv=None):
     if argv is None and "--recipe_engines" in sys.argv:
         extra = argparse.ArgumentParser()
@@ -272,10 +360,21 @@ def main(argv=None):
     parser.add_argument("--max_tokens_per_turn", type=int, default=24, help="L: generation limit per turn")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
+    parser.add_argument(
+        "--chain_subsampling",
+        action="store_true",
+        help="instead: the interval widening of scoring a subset of the trajectory chains",
+    )
+    parser.add_argument("--out_dir", default="outputs/mi_cost", help="where --chain_subsampling writes")
+    parser.add_argument("--report", action="store_true", help="with --chain_subsampling: print the stored table")
     add_generation_argument(parser)
     args = parser.parse_args(argv)
+    if args.chain_subsampling and args.report:
+        return print_subsampling_table(args.out_dir)
     resolve_generation(args)
     torch.set_num_threads(args.threads)
+    if args.chain_subsampling:
+        return chain_subsampling(args, args.out_dir)
 
     with tempfile.TemporaryDirectory() as output_dir:
         trainer, captured, logs = train_two_steps(args, output_dir)
