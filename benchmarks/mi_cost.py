@@ -320,14 +320,16 @@ def print_subsampling_table(out_dir: str) -> None:
 
 def chain_subsampling(args, out_dir: str) -> None:
     """One real step with the full trajectory matrix (`mi_trajectory_chains=None`), then `subsampling_widening` on
-    it; writes `out_dir/chain_subsampling.json` (the matrix too, so the table can be recomputed) and prints it."""
+    it; writes `out_dir/chain_subsampling.json` (the matrix and its token ids too, so the table can be recomputed and
+    the pairs scored again by `benchmarks/vllm_trajectory_scoring.py`) and prints it."""
     from pathlib import Path
 
     with tempfile.TemporaryDirectory() as output_dir:
         trainer, _, _ = train_two_steps(args, output_dir, steps=1, mi_trajectory_chains=None)
     result = trainer.mi_diagnostics.last_results["trajectory"]
+    # the matrix, and what it scored: each row's chain ids and the distinct contexts' ids (as `score` takes them)
     matrix = {"logp": result.logp.tolist(), "lengths": result.lengths.tolist(), "target": result.target.tolist(),
-              "same": result.same.tolist()}  # fmt: skip
+              "same": result.same.tolist(), "chains": result.chains, "contexts": result.contexts}  # fmt: skip
     num_chains = len(matrix["logp"])
     counts = sorted({n for n in (8, 16, num_chains // 2) if n < num_chains} | {num_chains})
     setting = (f"SmolLM2-135M FrozenLake, P={args.prompts} x G={args.generations}, T={args.max_turns}, "
