@@ -329,7 +329,7 @@ def diagnose(
         source = rollouts or "rollouts"
         config = MIDiagnosticsConfig(
             num_samples=num_samples or len(rows), num_bootstrap=num_bootstrap, num_permutations=num_permutations,
-            seed=seed,
+            trajectory_chains=None, seed=seed,  # outside training, every chain of both scopes is scored
         )  # fmt: skip
         diagnosis = diagnose_rollouts(
             rows, tok, scorer, name=name, config=config, max_length=context, mi_threshold=mi_threshold,

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..runs.keys import MI_SCOPES
-from .diagnostics import MIDiagnosticsConfig
+from .diagnostics import DEFAULT_TRAJECTORY_CHAINS, MIDiagnosticsConfig
 
 
 # MIDiagnosticsConfig fields a trainer config does not carry: the Recall@k cut-offs stay at their default, and the
@@ -81,7 +81,7 @@ class MIDiagnosticsArguments:
     mi_every_n_steps: int = field(default=5, metadata={"help": "Run at step 1, then every N steps (RAGEN: 5)."})
     mi_num_samples: int = field(default=64, metadata={"help": "Pairs sampled per scope (RAGEN: 64)."})
     mi_trajectory_chains: int | None = field(
-        default=16,
+        default=DEFAULT_TRAJECTORY_CHAINS,
         metadata={"help": "Trajectory chains scored, a uniform subset, against every context (None: all, RAGEN)."},
     )
     mi_scopes: list[str] = field(
