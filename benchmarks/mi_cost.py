@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling be
 import torch  # noqa: E402
 from learning_cpu import add_generation_argument, resolve_generation  # noqa: E402
 
-from trl_ragen2.runs.keys import MI_SCOPES  # noqa: E402
+from trl_ragen2.runs.keys import MI_SCOPES, MI_TIME  # noqa: E402
 
 
 def timed(fn):
@@ -192,16 +192,16 @@ def recipe_run(python: str, name: str, every: int = 5) -> dict:
     keys = ("time_s", "vllm_engine", "num_pairs", "num_columns")
     run = {
         "shape": shape, "generation": generation, "scorer": scorer,
-        "steps": [{"step_s": log["step_time"],
+        "steps": [{"step_s": log["step_time"], "mi_s": log.get(MI_TIME),
                    **{f"{scope}/{key}": log.get(f"ragen2/mi/{scope}/{key}") for scope in MI_SCOPES for key in keys}}
                   for log in logs],
     }  # fmt: skip
     if mi_every > 1:  # step 1 with MI, step 2 without
         with_mi, without_mi = logs[0]["step_time"], logs[1]["step_time"]
-        total = sum(logs[0].get(f"ragen2/mi/{scope}/time_s", 0.0) for scope in MI_SCOPES)
+        total = logs[0][MI_TIME]  # both scopes, their intervals and the text metrics
         run.update({
             "step_with_mi_s": with_mi, "step_without_mi_s": without_mi,
-            "mi_s": {scope: logs[0].get(f"ragen2/mi/{scope}/time_s", 0.0) for scope in MI_SCOPES},
+            "mi_total_s": total, "mi_s": {scope: logs[0].get(f"ragen2/mi/{scope}/time_s", 0.0) for scope in MI_SCOPES},
             "mi_share_every_step": total / with_mi, f"mi_share_every_{every}_steps": total / (total + every * without_mi),
         })  # fmt: skip
     return run
@@ -231,9 +231,9 @@ def print_recipe_tables(out_dir: str, every: int = 5) -> None:
     from pathlib import Path
 
     runs = json.loads((Path(out_dir) / RECIPE_FILE).read_text())["runs"]
-    print(f"| run | step with MI (s) | step without (s) | MI per scope (s) | chains x columns per scope "
+    print(f"| run | step with MI (s) | step without (s) | MI in all (s) | MI per scope (s) | chains x columns per scope "
           f"| share, every step | share, every {every} |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for name, run in runs.items():
         if "mi_s" not in run:
             continue
@@ -241,18 +241,19 @@ def print_recipe_tables(out_dir: str, every: int = 5) -> None:
         scopes = ", ".join(f"{scope} {seconds:.1f}" for scope, seconds in run["mi_s"].items())
         pairs = ", ".join(f"{scope} {step[f'{scope}/num_pairs']:.0f} x {step[f'{scope}/num_columns']:.0f}"
                           for scope in MI_SCOPES if step.get(f"{scope}/num_pairs") is not None)  # fmt: skip
-        print(f"| {name} | {run['step_with_mi_s']:.1f} | {run['step_without_mi_s']:.1f} | {scopes} | {pairs} | "
+        print(f"| {name} | {run['step_with_mi_s']:.1f} | {run['step_without_mi_s']:.1f} | {run['mi_total_s']:.1f} | "
+              f"{scopes} | {pairs} | "
               f"{run['mi_share_every_step']:.3f} | {run[f'mi_share_every_{every}_steps']:.3f} |")  # fmt: skip
     for name, run in runs.items():
         if "mi_s" in run:
             continue
         print(f"\n{name}: MI every step; per step, each scope's engine and seconds")
-        print("| step | step (s) | " + " | ".join(MI_SCOPES) + " |")
-        print("|---|---|" + "---|" * len(MI_SCOPES))
+        print("| step | step (s) | MI in all (s) | " + " | ".join(MI_SCOPES) + " |")
+        print("|---|---|---|" + "---|" * len(MI_SCOPES))
         for number, step in enumerate(run["steps"], start=1):
             cells = [f"{'vLLM' if step[f'{scope}/vllm_engine'] else 'transformers'} {step[f'{scope}/time_s']:.1f}"
                      for scope in MI_SCOPES]  # fmt: skip
-            print(f"| {number} | {step['step_s']:.1f} | " + " | ".join(cells) + " |")
+            print(f"| {number} | {step['step_s']:.1f} | {step['mi_s']:.1f} | " + " | ".join(cells) + " |")
 
 
 SUBSAMPLING_KEYS = ("retrieval_acc", "mi_est", "cond_entropy")

@@ -187,7 +187,7 @@ def test_every_scope_logs_its_p_value_and_intervals_identically_on_a_rerun(tiny_
         for _ in range(2)
     ]
     for run in runs:  # wall times differ; everything else is a function of the matrix, seed, step and scope
-        run.pop("ragen2/mi/first_turn/time_s"), run.pop("ragen2/mi/trajectory/time_s")
+        run.pop("ragen2/mi/first_turn/time_s"), run.pop("ragen2/mi/trajectory/time_s"), run.pop("ragen2/mi/time_s")
     assert runs[0] == runs[1]
     for scope in ("first_turn", "trajectory"):
         m = runs[0]
@@ -321,7 +321,7 @@ def test_callback_on_plain_grpo_trainer_logs_and_resumes(tiny_tokenizer, tmp_pat
         f"ragen2/mi/{scope}/{key}"
         for scope in ("first_turn", "trajectory")
         for key in callback.diagnostics.metric_keys
-    }
+    } | {"ragen2/mi/time_s"}
     for step in (1, 2, 4):
         assert set(logs[step]) == expected_keys
         assert all(math.isfinite(v) for v in logs[step].values()), logs[step]

@@ -43,13 +43,14 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import InitVar, asdict, dataclass, field
 
 from transformers import TrainerCallback
 
 from ..runs.checkpoints import CheckpointError, atomic_write_json, read_json_state
-from ..runs.keys import MI_SCOPES, mi_key, text_key
+from ..runs.keys import MI_SCOPES, MI_TIME, mi_key, text_key
 from .mi import DEFAULT_KS, EMA_KEYS, MARGINAL_MODES, MIZScoreEMA, mi_metric_keys, mi_metrics
 from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS, scope_uncertainty, uncertainty_keys
 from .scoring.collective import ProcessGroup
@@ -318,6 +319,7 @@ class MIDiagnostics:
         sync_forwards: bool = False,
     ) -> dict[str, float]:
         """All scopes on one batch: `{"ragen2/mi/<scope>/<key>": value}`; a collective with several processes."""
+        began = time.perf_counter()
         group = group if group is not None else ProcessGroup()
         builder = PairBuilder(tokenizer, self.extractor)
         pad_token_id = getattr(getattr(tokenizer, "tokenizer", tokenizer), "pad_token_id", None)
@@ -369,6 +371,7 @@ class MIDiagnostics:
             vllm = engine == VLLM if engine is not None else isinstance(scope_scorer.scorer, VLLMCrossScorer)
             scope_values["vllm_engine"] = float(vllm)
             metrics.update({mi_key(scope, key): value for key, value in scope_values.items()})
+        metrics[MI_TIME] = max(group.all_gather(time.perf_counter() - began))
         return metrics
 
     def _scope_metrics(self, scope: str, result: ScopeResult, step: int = 1) -> dict[str, float]:

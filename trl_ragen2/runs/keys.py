@@ -116,6 +116,9 @@ PPO_CRITIC_GRAD_NORM = ppo_key("critic_grad_norm")
 PPO_VALUES_MEAN = ppo_stat_key("values", "mean")
 PPO_EXPLAINED_VARIANCE = ppo_key("explained_variance")
 
+# The MI diagnostics' whole wall time at a step (both scopes, their intervals and the text metrics; the slowest process)
+MI_TIME = MI + "time_s"
+
 # The gradient SNR report's wall time (its per-bucket keys: `grad_bucket_key`)
 GRAD_TIME = GRAD + "time_s"
 
