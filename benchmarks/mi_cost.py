@@ -336,7 +336,9 @@ def chain_subsampling(args, out_dir: str) -> None:
     setting = (f"SmolLM2-135M FrozenLake, P={args.prompts} x G={args.generations}, T={args.max_turns}, "
                f"L={args.max_tokens_per_turn}, {args.generation} generation, step 1")  # fmt: skip
     stored = {
-        "command": "python benchmarks/mi_cost.py --chain_subsampling " + " ".join(sys.argv[2:]),
+        "command": f"python benchmarks/mi_cost.py --chain_subsampling --prompts {args.prompts} --generations "
+        f"{args.generations} --max_turns {args.max_turns} --max_tokens_per_turn {args.max_tokens_per_turn} "
+        f"--generation {args.generation} --out_dir benchmarks/results/mi_cost",
         "setting": setting, "matrix": matrix, "table": subsampling_widening(matrix, counts),
     }  # fmt: skip
     Path(out_dir).mkdir(parents=True, exist_ok=True)

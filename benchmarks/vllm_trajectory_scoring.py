@@ -33,6 +33,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the sibling benchmark scripts
 
+from mi_cost import SUBSAMPLING_FILE  # noqa: E402
 from vllm_cpu import in_fresh_process  # noqa: E402
 
 
@@ -104,7 +105,9 @@ def main(argv=None):
               f"{row['max_abs_difference_nats']:.1e} |")  # fmt: skip
     if args.out:
         stored = {
-            "command": "python benchmarks/vllm_trajectory_scoring.py " + " ".join(sys.argv[1:]),
+            "command": "python benchmarks/vllm_trajectory_scoring.py --pairs benchmarks/results/mi_cost/"
+            f"{SUBSAMPLING_FILE} --chains {args.chains} --block_sizes {' '.join(map(str, args.block_sizes))} "
+            f"--threads {args.threads} --out benchmarks/results/mi_cost/vllm_trajectory_scoring.json",
             "pairs": {"chains": len(chains), "contexts": len(contexts), "context_tokens": context_tokens},
             "arms": rows,
         }
