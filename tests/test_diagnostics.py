@@ -50,6 +50,9 @@ def test_scopes_build_the_right_pairs(tiny_model, tiny_tokenizer):
     assert 1 / pairs <= metrics["ragen2/mi/trajectory/retrieval_chance"] < 1  # repeated draws mark `same` columns
     finite = [k for k, v in metrics.items() if math.isfinite(v)]
     assert len(finite) == len(metrics)
+    # the whole diagnostics' time holds both scopes' scoring
+    scopes = metrics["ragen2/mi/first_turn/time_s"] + metrics["ragen2/mi/trajectory/time_s"]
+    assert scopes <= metrics["ragen2/mi/time_s"] < scopes + 60
 
 
 def test_trajectory_chains_score_a_subset_of_the_chains_against_every_context(tiny_model, tiny_tokenizer):
