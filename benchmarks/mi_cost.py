@@ -20,12 +20,24 @@ CPU time (`time.process_time`) is printed too.
     python benchmarks/mi_cost.py      # P=2, G=4, T=5, L=24: the batch of the CPU preset (recipes/configs/agent_cpu.yaml)
     python benchmarks/mi_cost.py --prompts 4 --generations 4 --max_tokens_per_turn 96   # a larger batch
 
-`--recipe_engines` instead runs the FrozenLake recipe on the CPU preset (SmolLM2, 2 steps, MI at step 1 only: the
-default schedule's first diagnostic) once per generation engine x MI scorer, in the vLLM environment's interpreter
-(`--python`), and prints each run's step time with and without the diagnostics, the MI time per scope, and its
-share of the step when MI runs every step and every 5 steps:
+`--recipe_engines [RUN ...]` instead runs the FrozenLake recipe (SmolLM2, the CPU preset `agent_cpu.yaml`) once per
+run of `RECIPE_RUNS`, in the vLLM environment's interpreter (`--python`): two shapes (the preset's 2 prompts x 4
+rollouts of 5 turns of up to 24 tokens, and 16 rollouts x 5 turns x 96 tokens), generation through transformers or
+vLLM's colocate engine, and the MI scorer fixed to transformers or vLLM. Each run diagnoses step 1 (the default
+schedule's first diagnostic) and not step 2, and stores both step times, MI's whole time (`ragen2/mi/time_s`) and
+per scope, and MI's share of the step when it runs every step and every 5 steps. The `cpu_preset/vllm/auto` run
+diagnoses every step with `mi_engine: auto`, so its first two diagnostics calibrate each scope and the third uses
+the engine measured faster. Runs merge into `recipe_engines.json`; `--report` prints its tables:
 
     python benchmarks/mi_cost.py --recipe_engines --python .venv-vllm/bin/python --out_dir benchmarks/results/mi_cost
+    python benchmarks/mi_cost.py --recipe_engines --report --out_dir benchmarks/results/mi_cost
+
+`--chain_subsampling` trains one step with every trajectory chain scored (`mi_trajectory_chains: null`), stores
+that matrix and the pairs' token ids, and measures what scoring a uniform subset of n chains against every column
+costs in precision: over 400 subsets per n, the proxies' mean against the full matrix's value, their spread, the
+width of the subsets' bootstrap intervals and how often those hold the full value (`--report` prints it):
+
+    python benchmarks/mi_cost.py --chain_subsampling --out_dir benchmarks/results/mi_cost
 """
 
 from __future__ import annotations
