@@ -344,7 +344,7 @@ def chain_subsampling(args, out_dir: str) -> None:
     matrix = {"logp": result.logp.tolist(), "lengths": result.lengths.tolist(), "target": result.target.tolist(),
               "same": result.same.tolist(), "chains": result.chains, "contexts": result.contexts}  # fmt: skip
     num_chains = len(matrix["logp"])
-    counts = sorted({n for n in (8, 16, num_chains // 2) if n < num_chains} | {num_chains})
+    counts = sorted({n for n in (2, 4, 8, 16, num_chains // 2) if n < num_chains} | {num_chains})
     setting = (f"SmolLM2-135M FrozenLake, P={args.prompts} x G={args.generations}, T={args.max_turns}, "
                f"L={args.max_tokens_per_turn}, {args.generation} generation, step 1")  # fmt: skip
     stored = {
