@@ -331,6 +331,24 @@ def print_subsampling_table(out_dir: str) -> None:
                   f"{cell['mean']:.4f} | {cell['sd']:.4f} | {cell['mean_ci_width']:.4f} | {cell['coverage']:.3f} |")  # fmt: skip
 
 
+def subsampling_counts(num_chains: int) -> list[int]:
+    """The subset sizes the analysis compares: 2, 4, 8, 16 and half the chains where fewer than all, and all."""
+    return sorted({n for n in (2, 4, 8, 16, num_chains // 2) if n < num_chains} | {num_chains})
+
+
+def reanalyse_subsampling(out_dir: str) -> None:
+    """Recompute the table of `out_dir/chain_subsampling.json` from its stored matrix (the intervals as the library
+    computes them now), rewrite it and print it."""
+    from pathlib import Path
+
+    path = Path(out_dir) / SUBSAMPLING_FILE
+    stored = json.loads(path.read_text())
+    stored["table"] = subsampling_widening(stored["matrix"], subsampling_counts(len(stored["matrix"]["logp"])))
+    stored["reanalysed_with"] = "python benchmarks/mi_cost.py --chain_subsampling --reanalyse --out_dir " + out_dir
+    path.write_text(json.dumps(stored) + "\n")
+    print_subsampling_table(out_dir)
+
+
 def chain_subsampling(args, out_dir: str) -> None:
     """One real step with the full trajectory matrix (`mi_trajectory_chains=None`), then `subsampling_widening` on
     it; writes `out_dir/chain_subsampling.json` (the matrix and its token ids too, so the table can be recomputed and
@@ -344,7 +362,7 @@ def chain_subsampling(args, out_dir: str) -> None:
     matrix = {"logp": result.logp.tolist(), "lengths": result.lengths.tolist(), "target": result.target.tolist(),
               "same": result.same.tolist(), "chains": result.chains, "contexts": result.contexts}  # fmt: skip
     num_chains = len(matrix["logp"])
-    counts = sorted({n for n in (2, 4, 8, 16, num_chains // 2) if n < num_chains} | {num_chains})
+    counts = subsampling_counts(num_chains)
     setting = (f"SmolLM2-135M FrozenLake, P={args.prompts} x G={args.generations}, T={args.max_turns}, "
                f"L={args.max_tokens_per_turn}, {args.generation} generation, step 1")  # fmt: skip
     stored = {
@@ -384,10 +402,17 @@ def main(argv=None):
     )
     parser.add_argument("--out_dir", default="outputs/mi_cost", help="where --chain_subsampling writes")
     parser.add_argument("--report", action="store_true", help="with --chain_subsampling: print the stored table")
+    parser.add_argument(
+        "--reanalyse",
+        action="store_true",
+        help="with --chain_subsampling: recompute the table from the stored matrix (no model run)",
+    )
     add_generation_argument(parser)
     args = parser.parse_args(argv)
     if args.chain_subsampling and args.report:
         return print_subsampling_table(args.out_dir)
+    if args.chain_subsampling and args.reanalyse:
+        return reanalyse_subsampling(args.out_dir)
     resolve_generation(args)
     torch.set_num_threads(args.threads)
     if args.chain_subsampling:

@@ -16,6 +16,7 @@ from trl_ragen2.collapse.mi_uncertainty import (
     small_sample_factor,
     student_t_quantile,
     uncertainty_keys,
+    wilson_interval,
 )
 
 
@@ -190,3 +191,18 @@ def test_interval_coverage_on_a_generator_with_known_truth(prompts):
     assert all(0.91 <= rate <= 0.99 for rate in rates.values()), rates
     if prompts == 8:  # the plain percentile interval undercovers with 8 clusters, which is why it is widened
         assert sum(plain.values()) / (batches * len(keys)) < 0.93
+
+
+def test_a_few_chains_that_all_miss_still_get_a_wide_retrieval_interval():
+    # Wilson at 0 of 4 (z = 1.959964): [0, z^2 / (4 + z^2)] = [0, 0.489891]; at 2 of 4: [0.150039, 0.849961]
+    assert wilson_interval(0.0, 4, 0.95) == pytest.approx((0.0, 0.489891), abs=1e-6)
+    assert wilson_interval(0.5, 4, 0.95) == pytest.approx((0.150039, 0.849961), abs=1e-6)
+    # four trajectory chains (each its own cluster) under 16 columns, each scored highest under another column
+    logp = torch.zeros(4, 16, dtype=torch.float64)
+    logp[:, 15] = 5.0
+    target = torch.arange(4)
+    out = mi_uncertainty(logp, torch.full((4,), 10.0), target, num_permutations=10, num_bootstrap=200)
+    # every resample is 0, so the bootstrap alone would give the point [0, 0]
+    assert out["retrieval_acc_ci_low"] == 0.0 and out["retrieval_acc_ci_high"] == pytest.approx(0.489891, abs=1e-6)
+    # above chance (1/16): the same interval, shifted
+    assert out["retrieval_above_chance_ci_high"] == pytest.approx(0.489891 - 1 / 16, abs=1e-6)

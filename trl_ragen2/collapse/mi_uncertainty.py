@@ -93,7 +93,8 @@ class ChainTerms:
     """Per-chain terms whose means over chains are the MI proxies of `trl_ragen2.collapse.mi.mi_metrics`.
 
     `hits[name]` (N,) for `retrieval_acc` and `recall@k`; `chance` (N,) the top-1 chance of each chain;
-    `matched`, `marginal` (N,) per token; `matched_seq`, `marginal_seq` (N,) per chain.
+    `matched`, `marginal` (N,) per token; `matched_seq`, `marginal_seq` (N,) per chain; `certain` the hit keys that
+    are 1 for any matrix of this width (k at least the number of columns).
     """
 
     hits: dict[str, torch.Tensor]
@@ -102,6 +103,7 @@ class ChainTerms:
     marginal: torch.Tensor
     matched_seq: torch.Tensor
     marginal_seq: torch.Tensor
+    certain: frozenset[str] = frozenset()
 
 
 def chain_terms(logp, lengths, target, same=None, *, ks=DEFAULT_KS, marginal: str = "ragen") -> ChainTerms:
@@ -118,9 +120,11 @@ def chain_terms(logp, lengths, target, same=None, *, ks=DEFAULT_KS, marginal: st
     tied = logp == best
     num_tied, num_tied_correct = tied.sum(1).tolist(), (tied & correct).sum(1).tolist()
     num_correct = correct.sum(1).tolist()
-    hits = {}
+    hits, certain = {}, set()
     for k in (1, *ks):
         k_eff = min(k, num_columns)
+        if k_eff >= num_columns:
+            certain.add("retrieval_acc" if k == 1 else f"recall@{k}")
         values = [_hit(better[n], num_tied[n], num_tied_correct[n], k_eff) for n in range(num_chains)]
         hits["retrieval_acc" if k == 1 else f"recall@{k}"] = torch.tensor(values, dtype=torch.float64)
     chance = torch.tensor([c / num_columns for c in num_correct], dtype=torch.float64)
@@ -132,7 +136,9 @@ def chain_terms(logp, lengths, target, same=None, *, ks=DEFAULT_KS, marginal: st
         marginal_tok = torch.logsumexp(logp / lengths[:, None], dim=1) - log_m
     else:
         marginal_tok = marginal_seq / lengths
-    return ChainTerms(hits, chance, matched_seq / lengths, marginal_tok, matched_seq, marginal_seq)
+    return ChainTerms(
+        hits, chance, matched_seq / lengths, marginal_tok, matched_seq, marginal_seq, certain=frozenset(certain)
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -284,6 +290,15 @@ def small_sample_factor(num_clusters: int, level: float) -> float:
     return math.sqrt(num_clusters / (num_clusters - 1)) * student_t_quantile(q, num_clusters - 1) / z
 
 
+def wilson_interval(rate: float, num: int, level: float) -> tuple[float, float]:
+    """The Wilson score interval of a proportion `rate` observed over `num` independent units, at `level`."""
+    z = torch.special.ndtri(torch.tensor((1.0 + level) / 2, dtype=torch.float64)).item()
+    scale = 1.0 + z * z / num
+    centre = (rate + z * z / (2 * num)) / scale
+    half = z / scale * math.sqrt(max(rate * (1.0 - rate), 0.0) / num + z * z / (4 * num * num))
+    return max(centre - half, 0.0), min(centre + half, 1.0)
+
+
 def bootstrap_intervals(
     terms: ChainTerms,
     clusters: torch.Tensor,
@@ -299,7 +314,11 @@ def bootstrap_intervals(
     """Intervals `{key: (low, high)}` of every proxy at `level`, from cluster-bootstrap resamples.
 
     The percentile interval of the resamples, widened around the estimate by [`small_sample_factor`] (pass
-    `widen=False` for the plain percentile interval) and clipped to the range of bounded keys ([`BOUNDS`]).
+    `widen=False` for the plain percentile interval) and clipped to the range of bounded keys ([`BOUNDS`]). With
+    `widen`, a hit rate (Retrieval-Acc, Recall@k, and Retrieval-Acc above chance) also spans the Wilson interval
+    of its estimate over the N chains: with a few chains whose hits are all 0 or all 1 the resamples are all equal
+    and the bootstrap alone gives a point. With many chains the (cluster) bootstrap interval is the wider one. Hit
+    rates that are 1 by construction (`terms.certain`) keep theirs.
     """
     if num_resamples < 1:
         raise ValueError(f"num_resamples must be >= 1, got {num_resamples}")
@@ -320,6 +339,17 @@ def bootstrap_intervals(
         low, high = estimate - factor * (estimate - low), estimate + factor * (high - estimate)
         floor, ceiling = BOUNDS.get(key, (0.0, 1.0) if key.startswith("recall@") else (-math.inf, math.inf))
         intervals[key] = (max(low, floor), min(high, ceiling))
+    if widen and int(clusters.max()) >= 1:  # one cluster keeps its point
+        num_chains = clusters.numel()
+        for key in [*terms.hits, "retrieval_above_chance"]:
+            hit_key = "retrieval_acc" if key == "retrieval_above_chance" else key
+            if hit_key in terms.certain:
+                continue
+            low, high = wilson_interval(estimates[hit_key].item(), num_chains, level)
+            if key == "retrieval_above_chance":  # the chance level is fixed by the columns
+                shift = estimates[key].item() - estimates[hit_key].item()
+                low, high = low + shift, high + shift
+            intervals[key] = (min(intervals[key][0], low), max(intervals[key][1], high))
     return intervals
 
 
