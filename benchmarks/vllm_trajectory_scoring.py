@@ -45,7 +45,7 @@ def transformers_arm(path, contexts, chains, threads):
     from trl_ragen2.collapse.scoring import TransformersCrossScorer
 
     torch.set_num_threads(threads)
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     scorer = TransformersCrossScorer(model)
     scorer.score(contexts, chains[:1])  # warm-up
     began = time.perf_counter()
@@ -82,7 +82,8 @@ def main(argv=None):
 
     from trl_ragen2.models.smollm2 import smollm2_path
 
-    matrix = json.load(open(args.pairs))["matrix"]
+    with open(args.pairs) as f:
+        matrix = json.load(f)["matrix"]
     contexts, chains = matrix["contexts"], matrix["chains"][: args.chains]
     path = smollm2_path()
     context_tokens = sum(len(c) for c in contexts)

@@ -146,6 +146,7 @@ def test_a_broken_batch_is_reported_not_raised(tiny_tokenizer, caplog):
     [
         ("every_n_steps", 0),
         ("num_samples", 0),
+        ("trajectory_chains", 1),
         ("scopes", ("first_turn", "all")),
         ("engine", "sglang"),
         ("max_tokens_per_chunk", 0),
