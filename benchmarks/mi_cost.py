@@ -38,6 +38,13 @@ costs in precision: over 400 subsets per n, the proxies' mean against the full m
 width of the subsets' bootstrap intervals and how often those hold the full value (`--report` prints it):
 
     python benchmarks/mi_cost.py --chain_subsampling --out_dir benchmarks/results/mi_cost
+
+`--lane_with_context` times the transformers scorer on that stored step's real trajectory pairs (28 histories of
+716 tokens on average), with a context's first lane of chains in the context's own forward and without, alternating,
+3 times each, for the CPU preset's 3 chains and for 16, and checks the two give the same scores; it writes
+`lane_with_context.json` (`--report` prints it):
+
+    python benchmarks/mi_cost.py --lane_with_context --out_dir benchmarks/results/mi_cost
 """
 
 from __future__ import annotations
@@ -376,6 +383,66 @@ def chain_subsampling(args, out_dir: str) -> None:
     print_subsampling_table(out_dir)
 
 
+LANE_FILE = "lane_with_context.json"
+
+
+def lane_with_context(out_dir: str, threads: int, chain_counts=(3, 16), repeats: int = 3) -> None:
+    """Wall and CPU seconds of `TransformersCrossScorer.score` on the stored trajectory pairs of
+    `chain_subsampling.json`, with `lane_with_context` True and False alternating; writes `out_dir/LANE_FILE`."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    from trl_ragen2.collapse.scoring import TransformersCrossScorer
+    from trl_ragen2.models.smollm2 import smollm2_path
+
+    matrix = json.loads((Path(out_dir) / SUBSAMPLING_FILE).read_text())["matrix"]
+    contexts = [list(c) for c in dict.fromkeys(tuple(c) for c in matrix["contexts"])]
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path(), dtype=torch.float32).eval()
+    TransformersCrossScorer(model).score(contexts[:2], matrix["chains"][:2])  # warm-up
+    stored = {
+        "command": f"python benchmarks/mi_cost.py --lane_with_context --threads {threads} --out_dir "
+        "benchmarks/results/mi_cost",
+        "setting": f"SmolLM2-135M fp32, {threads} threads; the pairs of {SUBSAMPLING_FILE}: "
+        f"{len(contexts)} distinct histories x the first n chains",
+        "runs": [],
+    }
+    for n in chain_counts:
+        chains = matrix["chains"][:n]
+        times, scores = {False: [], True: []}, {}
+        for _ in range(repeats):
+            for flag in (False, True):
+                scorer = TransformersCrossScorer(model, lane_with_context=flag)
+                scores[flag], wall, cpu = timed(lambda scorer=scorer, chains=chains: scorer.score(contexts, chains))
+                times[flag].append({"wall_s": wall, "cpu_s": cpu})
+        separate = sorted(t["wall_s"] for t in times[False])[repeats // 2]
+        together = sorted(t["wall_s"] for t in times[True])[repeats // 2]
+        stored["runs"].append({
+            "chains": n, "contexts": len(contexts), "separate": times[False], "with_context": times[True],
+            "median_wall_s": {"separate": separate, "with_context": together}, "speedup": separate / together,
+            "max_score_difference": (scores[True] - scores[False]).abs().max().item(),
+        })  # fmt: skip
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / LANE_FILE).write_text(json.dumps(stored, indent=1) + "\n")
+    print_lane_table(out_dir)
+
+
+def print_lane_table(out_dir: str) -> None:
+    """The table of `out_dir/LANE_FILE`."""
+    from pathlib import Path
+
+    stored = json.loads((Path(out_dir) / LANE_FILE).read_text())
+    print(f"Trajectory scoring, {stored['setting']}: the first lane in the context's forward, or in its own")
+    print(
+        "| chains x histories | own forward (s, median) | with the context (s, median) | speedup | max score difference |"
+    )
+    print("|---|---|---|---|---|")
+    for run in stored["runs"]:
+        median = run["median_wall_s"]
+        print(f"| {run['chains']} x {run['contexts']} | {median['separate']:.2f} | {median['with_context']:.2f} | "
+              f"{run['speedup']:.2f} | {run['max_score_difference']:.1e} |")  # fmt: skip
+
+
 def main(argv=None):
     if argv is None and "--recipe_engines" in sys.argv:
         extra = argparse.ArgumentParser()
@@ -400,8 +467,15 @@ def main(argv=None):
         action="store_true",
         help="instead: the interval widening of scoring a subset of the trajectory chains",
     )
+    parser.add_argument(
+        "--lane_with_context",
+        action="store_true",
+        help="instead: time the scorer's first lane in the context's forward against its own, on the stored pairs",
+    )
     parser.add_argument("--out_dir", default="outputs/mi_cost", help="where --chain_subsampling writes")
-    parser.add_argument("--report", action="store_true", help="with --chain_subsampling: print the stored table")
+    parser.add_argument(
+        "--report", action="store_true", help="with --chain_subsampling or --lane_with_context: print the stored table"
+    )
     parser.add_argument(
         "--reanalyse",
         action="store_true",
@@ -411,6 +485,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.chain_subsampling and args.report:
         return print_subsampling_table(args.out_dir)
+    if args.lane_with_context:
+        return print_lane_table(args.out_dir) if args.report else lane_with_context(args.out_dir, args.threads)
     if args.chain_subsampling and args.reanalyse:
         return reanalyse_subsampling(args.out_dir)
     resolve_generation(args)

@@ -45,7 +45,8 @@ def test_matches_naive_concatenation(tiny_model, batch):
     assert scorer._calls["head"] > len(contexts)  # chunked LM head was exercised
 
 
-def test_histories_reuse_their_shared_prefix_exactly(tiny_model, tiny_tokenizer):
+@pytest.mark.parametrize("lane_with_context", [False, True])
+def test_histories_reuse_their_shared_prefix_exactly(tiny_model, tiny_tokenizer, lane_with_context):
     """Trajectory contexts: one rollout's histories are prefixes of each other, and rollouts share their prompt."""
     vocab = len(tiny_tokenizer)
     system, prompt_a, prompt_b = random_ids([9, 6, 7], vocab, seed=3)
@@ -59,13 +60,12 @@ def test_histories_reuse_their_shared_prefix_exactly(tiny_model, tiny_tokenizer)
         system,  # a prefix of every other context
         system + prompt_a + turns[0],  # a duplicate
     ]
-    chains = random_ids([3, 1, 8], vocab, seed=5)
-    scorer = TransformersCrossScorer(tiny_model, max_tokens_per_chunk=32)
-    fed = []  # tokens of each context forward (the calls without an attention mask; chain forwards have one)
+    chains = random_ids([3, 1, 8], vocab, seed=5)  # 2 + 0 + 7 tokens fed: one lane
+    scorer = TransformersCrossScorer(tiny_model, max_tokens_per_chunk=32, lane_with_context=lane_with_context)
+    calls = []  # (tokens, whether it has an attention mask) of every backbone forward
 
     def record(module, args, kwargs):
-        if kwargs.get("attention_mask") is None:
-            fed.append(kwargs["input_ids"].shape[1])
+        calls.append((kwargs["input_ids"].shape[1], kwargs.get("attention_mask") is not None))
 
     handle = tiny_model.model.register_forward_pre_hook(record, with_kwargs=True)
     fast = scorer.score(contexts, chains)
@@ -73,9 +73,17 @@ def test_histories_reuse_their_shared_prefix_exactly(tiny_model, tiny_tokenizer)
     torch.testing.assert_close(fast, naive_cross_scores(tiny_model, contexts, chains), atol=1e-4, rtol=0)
     # each context runs only the tokens it does not share with the previous one (at least its last token), in sorted
     # order: system, +b, +a, +turn0 / +turn2 (after a), +turn1 (after turn0), the duplicate (its last token only)
-    assert sorted(fed) == sorted([9, 7, 6, 5, 6, 4, 1]) and sum(fed) < sum(map(len, contexts))
+    new_tokens = [9, 7, 6, 5, 6, 4, 1]
+    if lane_with_context:
+        # the first context (system) runs alone, then its lane; every later context carries its lane (9 tokens)
+        assert calls[:2] == [(9, False), (9, True)]
+        assert sorted(n for n, _ in calls[2:]) == sorted(n + 9 for n in new_tokens[1:])
+    else:
+        assert sorted(n for n, masked in calls if not masked) == sorted(new_tokens)
+        assert [n for n, masked in calls if masked] == [9] * len(contexts)
+    assert sum(new_tokens) < sum(map(len, contexts))
     # tokens_fed counts the real tokens: those contexts, then 2 + 0 + 7 chain tokens under each of the 7 contexts
-    assert scorer.tokens_fed == sum(fed) + 9 * len(contexts)
+    assert scorer.tokens_fed == sum(new_tokens) + 9 * len(contexts)
 
 
 def test_mask_scores_only_requested_pairs(tiny_model, batch):

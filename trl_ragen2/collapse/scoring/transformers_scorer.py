@@ -10,11 +10,14 @@ over every position. [`TransformersCrossScorer`] instead
    its positions after the context, under a block-causal 4D attention mask: a chain sees the context and its own
    earlier tokens, never its lane neighbours. Where a 4D mask cannot be passed (attention kernels other than
    `sdpa`/`eager`, sliding-window caches) every chain is its own lane;
-3. cuts the lanes into chunks whose rows x (|x_m| + lane width) stay under `max_tokens_per_chunk`, and per chunk
+3. runs the first lane in the context's own forward, after the context's new tokens, in the same row: one forward
+   fewer per context, and a wider one (small forwards run far below a CPU's matmul speed). With a history's earlier
+   turns reused from the cache, a trajectory scope's few chains all ride along with their history this way;
+4. cuts the other lanes into chunks whose rows x (|x_m| + lane width) stay under `max_tokens_per_chunk`, and per chunk
    expands the cache to the chunk's rows (a broadcast view; the forward's concatenation copies it). Packing is what
    keeps this cheap: the context's KV is copied (and repeated across grouped-query heads) once per lane, not once per
    chain, and short chains leave no right padding;
-4. projects only the real chain positions through the LM head, at most `max_logits_elements // vocab` rows at a
+5. projects only the real chain positions through the LM head, at most `max_logits_elements // vocab` rows at a
    time (64 MB of fp32 logits by default, whatever the vocabulary), and takes log-softmax via a fused
    cross-entropy, so a `[rows, vocab]` logits tensor is never built for the whole batch.
 
@@ -184,6 +187,9 @@ class TransformersCrossScorer:
             scored before it (`False` runs every context from its first token; the scores are the same).
         pack_tokens (`int` or `None`, defaults to `128`): lane width for packing a context's chains into one row
             (a longer chain gets a lane of its own). `None` scores every chain in its own row; the scores are the same.
+        lane_with_context (`bool`, defaults to `True`): run a context's first lane in the context's own forward
+            (where lanes are packed and the model's cache is full-attention). `False` gives every lane a forward
+            after the context's; the scores are the same.
 
     ```python
     scorer = TransformersCrossScorer(model)
@@ -202,6 +208,7 @@ class TransformersCrossScorer:
         show_progress: bool = False,
         reuse_prefix: bool = True,
         pack_tokens: int | None = DEFAULT_PACK_TOKENS,
+        lane_with_context: bool = True,
     ):
         if max_tokens_per_chunk < 1:
             raise ValueError(f"max_tokens_per_chunk must be >= 1, got {max_tokens_per_chunk}")
@@ -219,6 +226,7 @@ class TransformersCrossScorer:
         self.show_progress = show_progress
         self.reuse_prefix = reuse_prefix
         self.pack_tokens = pack_tokens
+        self.lane_with_context = lane_with_context
         self.tokens_fed = 0  # real (unpadded) tokens fed to the backbone by every score call so far
 
     def score(
@@ -334,41 +342,89 @@ class TransformersCrossScorer:
             chunks.append(current)
         return chunks
 
-    def _context_forward(self, backbone, context: list[int], device):
-        """`(hidden of the last position (1, H), cache of the whole context)`, reusing the previous context's prefix.
+    def _context_forward(self, backbone, context: list[int], device, lane: dict[str, torch.Tensor] | None = None):
+        """`(hidden of the context's last position (1, H), cache of the context alone, hidden of `lane` (w, H))`.
 
-        At least the last token always runs, so its hidden state is computed here.
+        Reuses the KV cache of the prefix the context shares with the previous one; at least the last token always
+        runs, so its hidden state is computed here. `lane` (one row of [`_lane_inputs`] for this context) runs in
+        the same forward, after the context's new tokens; its hidden is None without a lane.
         """
         reused, prefix = 0, None
         if self._previous is not None and self.reuse_prefix:
             reused = min(_common_prefix(self._previous[0], context), len(context) - 1)
             prefix = _prefix_cache(self._previous[1], reused) if reused else None
             reused = reused if prefix is not None else 0
-        kwargs = {"input_ids": torch.tensor([context[reused:]], device=device)}
+        new = len(context) - reused
+        kwargs = {"input_ids": torch.tensor([context[reused:]])}  # (1, new)
         if prefix is not None:
             kwargs["cache"] = prefix
-            kwargs["position_ids"] = torch.arange(reused, len(context), device=device)[None]
-        hidden, cache = self._backbone(backbone, **kwargs)
-        self.tokens_fed += len(context) - reused
+        if prefix is not None or lane is not None:
+            kwargs["position_ids"] = torch.arange(reused, len(context))[None]
+        if lane is not None:
+            # keys: [reused prefix | new tokens | lane]; the new tokens see the context causally, never the lane
+            width = lane["input_ids"].shape[1]
+            causal = torch.arange(len(context))[None, :] <= torch.arange(reused, len(context))[:, None]
+            context_rows = torch.full((1, 1, new, len(context) + width), torch.finfo(lane["attention_mask"].dtype).min)
+            context_rows[0, 0, :, : len(context)].masked_fill_(causal, 0.0)
+            kwargs["input_ids"] = torch.cat([kwargs["input_ids"], lane["input_ids"]], dim=1)  # (1, new + w)
+            kwargs["position_ids"] = torch.cat([kwargs["position_ids"], lane["position_ids"]], dim=1)
+            kwargs["attention_mask"] = torch.cat([context_rows, lane["attention_mask"]], dim=2)  # (1, 1, new + w, .)
+        hidden, cache = self._backbone(
+            backbone, **{k: v.to(device) if torch.is_tensor(v) else v for k, v in kwargs.items()}
+        )
+        self.tokens_fed += new
+        if lane is not None:
+            cache = _prefix_cache(cache, len(context))  # later forwards must not see the lane's positions
         self._previous = (context, cache)
-        return hidden[:, -1], cache
+        return hidden[:, new - 1], cache, (hidden[0, new:] if lane is not None else None)
+
+    def _lane_with_context(self) -> bool:
+        """Whether the next context's first lane can run in its forward: a kernel that takes a 4D mask as it is, and
+        a full-attention cache (known from the previous context's, so never for the first context)."""
+        return (
+            self.lane_with_context
+            and self.pack_tokens is not None
+            and self._attention in PACKABLE_ATTENTION
+            and self._previous is not None
+            and _has_layers(self._previous[1], _layer_types("DynamicLayer"))
+        )
+
+    def _chain_logprobs(self, head, hidden: torch.Tensor, inputs: dict[str, torch.Tensor], num_chains: int):
+        """Summed log-probs per chain `(num_chains,)` float64 from lane rows' hidden states `(rows, width, H)`."""
+        valid = inputs["chain"] >= 0  # (rows, width)
+        self.tokens_fed += int(valid.sum())
+        token_logps = self._token_logprobs(
+            head, hidden[valid.to(hidden.device)], inputs["targets"][valid].to(hidden.device)
+        )
+        per_chain = torch.zeros(num_chains, dtype=torch.float64)
+        per_chain.index_add_(0, inputs["chain"][valid], token_logps.double().cpu())
+        return per_chain
 
     def _score_context(self, backbone, head, context: list[int], chains, device) -> torch.Tensor:
         context_len = len(context)
-        last_hidden, cache = self._context_forward(backbone, context, device)
+        fed = [chain[:-1] for chain in chains]  # the last token is predicted, never fed
+        lengths = [len(ids) for ids in fed]
+        lanes, first = None, None
+        if self._lane_with_context():
+            lanes = self._lanes(lengths, packable=True)
+            if lanes:
+                dtype = self._previous[1].layers[0].keys.dtype
+                first = self._lane_inputs(lanes[:1], fed, chains, context_len, packed=True, dtype=dtype)
+        last_hidden, cache, first_hidden = self._context_forward(backbone, context, device, first)
         self._calls["head"] += 1
         last_logits = head(last_hidden).float()  # (1, V): predicts every chain's first token
         if self._softcap:
             last_logits = torch.tanh(last_logits / self._softcap) * self._softcap
         last_logps = last_logits.log_softmax(-1)[0]
         sums = last_logps[torch.tensor([chain[0] for chain in chains], device=device)].double().cpu()  # (n,)
-        fed = [chain[:-1] for chain in chains]  # the last token is predicted, never fed
+        if first is not None:
+            sums += self._chain_logprobs(head, first_hidden[None], first, len(chains))
         # a 4D mask replaces the model's own masks: only for full-attention caches under kernels that take it as is
         packable = self._attention in PACKABLE_ATTENTION and _has_layers(cache, _layer_types("DynamicLayer"))
-        lanes = self._lanes([len(ids) for ids in fed], packable)
-        widths = [sum(len(fed[i]) for i in lane) for lane in lanes]
+        rest = lanes[1:] if lanes is not None else self._lanes(lengths, packable)
+        widths = [sum(len(fed[i]) for i in lane) for lane in rest]
         for chunk in self._chunks(context_len, widths):
-            chunk_lanes = [lanes[k] for k in chunk]
+            chunk_lanes = [rest[k] for k in chunk]
             inputs = self._lane_inputs(chunk_lanes, fed, chains, context_len, packed=packable, dtype=last_hidden.dtype)
             chunk_hidden, _ = self._backbone(
                 backbone,
@@ -377,14 +433,7 @@ class TransformersCrossScorer:
                 position_ids=inputs["position_ids"].to(device),
                 cache=_expand_cache(cache, len(chunk_lanes)),
             )  # (rows, width, H)
-            valid = inputs["chain"] >= 0  # (rows, width)
-            self.tokens_fed += int(valid.sum())
-            token_logps = self._token_logprobs(
-                head, chunk_hidden[valid.to(device)], inputs["targets"][valid].to(device)
-            )
-            per_chain = torch.zeros(len(chains), dtype=torch.float64)
-            per_chain.index_add_(0, inputs["chain"][valid], token_logps.double().cpu())  # (n,)
-            sums += per_chain
+            sums += self._chain_logprobs(head, chunk_hidden, inputs, len(chains))
         return sums
 
     @staticmethod
