@@ -26,8 +26,8 @@ rollouts of 5 turns of up to 24 tokens, and 16 rollouts x 5 turns x 96 tokens), 
 vLLM's colocate engine, and the MI scorer fixed to transformers or vLLM. Each run diagnoses step 1 (the default
 schedule's first diagnostic) and not step 2, and stores both step times, MI's whole time (`ragen2/mi/time_s`) and
 per scope, and MI's share of the step when it runs every step and every 5 steps. The `cpu_preset/vllm/auto` run
-diagnoses every step with `mi_engine: auto`, so its first two diagnostics calibrate each scope and the third uses
-the engine measured faster. Runs merge into `recipe_engines.json`; `--report` prints its tables:
+diagnoses every step with `mi_engine: auto`: step 1 probes both engines on a slice of each scope and scores the rest
+with the faster, steps 2 and 3 use that engine. Runs merge into `recipe_engines.json`; `--report` prints its tables:
 
     python benchmarks/mi_cost.py --recipe_engines --python .venv-vllm/bin/python --out_dir benchmarks/results/mi_cost
     python benchmarks/mi_cost.py --recipe_engines --report --out_dir benchmarks/results/mi_cost
@@ -170,7 +170,7 @@ def plain_forward(model, num_tokens: int, row_length: int, rows_per_forward: int
 # generation engine, MI scorer: HF with its scorer, vLLM with each scorer
 # Each recipe run: (name, shape, generation engine, MI engine, steps, MI every n steps). The MI-cost runs diagnose
 # step 1 only (the default schedule's first diagnostic) and time step 2 without it; the `auto` run diagnoses every
-# step, so its steps 1 and 2 calibrate each scope (transformers, then vLLM) and step 3 uses the faster engine.
+# step: step 1 probes both engines on a slice of each scope, steps 2 and 3 use the one measured faster.
 RECIPE_RUNS = (
     ("cpu_preset/hf/transformers", "cpu_preset", "hf", "transformers", 2, 1000),
     ("cpu_preset/vllm/transformers", "cpu_preset", "vllm", "transformers", 2, 1000),
@@ -208,7 +208,7 @@ def recipe_run(python: str, name: str, every: int = 5) -> dict:
             raise RuntimeError(f"{name} failed:\n{proc.stderr[-4000:]}")
         logs = [json.loads(line) for line in (Path(folder) / "metrics.jsonl").read_text().splitlines()]
     logs = [log for log in logs if "step_time" in log]
-    keys = ("time_s", "vllm_engine", "num_pairs", "num_columns")
+    keys = ("time_s", "vllm_engine", "num_pairs", "num_columns", "scored_tokens")
     run = {
         "shape": shape, "generation": generation, "scorer": scorer,
         "steps": [{"step_s": log["step_time"], "mi_s": log.get(MI_TIME),
@@ -245,6 +245,11 @@ def recipe_engines(python: str, out_dir: str, names: list[str]) -> None:
     print_recipe_tables(out_dir)
 
 
+def per_token(seconds: float, tokens: float | None) -> str:
+    """` (T k tokens, S ms per 1k)` for a scope whose stored run counted its scored tokens, else ``."""
+    return f" ({tokens / 1000:.1f}k tokens, {1e6 * seconds / tokens:.0f} ms per 1k)" if tokens else ""
+
+
 def print_recipe_tables(out_dir: str, every: int = 5) -> None:
     """The tables of `out_dir/recipe_engines.json`: MI's share of the step per run, and the `auto` run's engines."""
     from pathlib import Path
@@ -257,7 +262,8 @@ def print_recipe_tables(out_dir: str, every: int = 5) -> None:
         if "mi_s" not in run:
             continue
         step = run["steps"][0]
-        scopes = ", ".join(f"{scope} {seconds:.1f}" for scope, seconds in run["mi_s"].items())
+        scopes = ", ".join(f"{scope} {seconds:.1f}{per_token(seconds, step.get(f'{scope}/scored_tokens'))}"
+                           for scope, seconds in run["mi_s"].items())  # fmt: skip
         pairs = ", ".join(f"{scope} {step[f'{scope}/num_pairs']:.0f} x {step[f'{scope}/num_columns']:.0f}"
                           for scope in MI_SCOPES if step.get(f"{scope}/num_pairs") is not None)  # fmt: skip
         print(f"| {name} | {run['step_with_mi_s']:.1f} | {run['step_without_mi_s']:.1f} | {run['mi_total_s']:.1f} | "

@@ -200,6 +200,7 @@ def main(argv=None):
                 ]
                 for scope in ("first_turn", "trajectory")
             },
+            "mi_engine_rates": trainer.mi_diagnostics.engines.rates,
             "kept_fraction": [row[k] for row in history for k in row if k == "ragen2/filter/kept_fraction"],
             "critic_loss": [
                 row[k] for row in history for k in row if k.startswith("ragen2/critic/") or k == "critic/loss"

@@ -74,16 +74,22 @@ def test_multi_turn_rollout_generates_through_the_engine(tmp_path):
     assert not result["nan_in_history"]
 
 
-def test_auto_engine_calibrates_each_scope_on_the_real_engine(tmp_path):
-    """mi_engine='auto' on a vLLM run: transformers scores each scope's first diagnostic, vLLM its second, then the
-    faster one (which one depends on the machine); every diagnostic gives numbers."""
+def test_auto_engine_probes_each_scope_on_the_real_engine(tmp_path):
+    """mi_engine='auto' on a vLLM run: both engines score a slice of each scope's first diagnostic, timed, and the
+    faster one (which one depends on the machine) scores that scope from then on; every diagnostic gives numbers."""
     result = run(tmp_path, "--trainer", "grpo", "--multi_turn", "--mi_engine", "auto")
-    engines = result["mi_vllm_engine"]["first_turn"]
-    assert engines[:2] == [0.0, 1.0] and engines[2] in (0.0, 1.0), engines
-    # the trajectory scope calibrates only on diagnostics where it scored pairs of its own (not those whose every
-    # pair was a first-turn pair, already scored): it starts on transformers and tries vLLM at most once before
+    rates = result["mi_engine_rates"]
+    assert set(rates["first_turn"]) == {"transformers", "vllm"} and min(rates["first_turn"].values()) > 0
+    chosen = float(rates["first_turn"]["vllm"] < rates["first_turn"]["transformers"])
+    assert result["mi_vllm_engine"]["first_turn"] == [chosen] * 3
+    # the trajectory scope is probed on the first diagnostic where it scores pairs of its own (not those whose every
+    # pair was a first-turn pair, already scored); until then transformers scores it, after that its choice holds
     trajectory = result["mi_vllm_engine"]["trajectory"]
-    assert trajectory in ([0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 1.0], [0.0, 0.0, 1.0]), trajectory
+    if "trajectory" in rates:
+        chosen = float(rates["trajectory"]["vllm"] < rates["trajectory"]["transformers"])
+        assert trajectory in ([0.0] * k + [chosen] * (3 - k) for k in range(3)), (trajectory, rates)
+    else:
+        assert trajectory == [0.0, 0.0, 0.0], (trajectory, rates)
     assert result["mi_num_pairs"] == [8.0, 8.0, 8.0]
     assert not result["nan_in_history"]
 

@@ -7,7 +7,8 @@ policy, and appends the MI proxies of `trl_ragen2.collapse.mi` to the trainer's 
 - `ragen2/mi/first_turn/<key>` and `ragen2/mi/trajectory/<key>` for every key of [`~mi.mi_metrics`] plus
   `mi_zscore_ema(_seq)` / `marginal_std_ema(_seq)`,
 - `ragen2/mi/<scope>/num_pairs` (chains in the estimate), `num_dropped_empty` (draws whose reasoning was empty),
-  `num_unscored` (pairs the engine could not score), `time_s` (wall time, the largest over processes) and
+  `num_unscored` (pairs the engine could not score), `scored_tokens` (the prefill tokens of the pairs scored, the
+  cost model's unit), `time_s` (wall time, the largest over processes) and
   `vllm_engine` (1 when vLLM scored the scope, 0 for transformers),
 - the permutation p-value and bootstrap intervals of each scope's proxies (`trl_ragen2.collapse.mi_uncertainty`), and
   the text template metrics of the whole batch's reasoning, `ragen2/text/<key>`
@@ -54,7 +55,7 @@ from ..runs.keys import MI_SCOPES, MI_TIME, mi_key, text_key
 from .mi import DEFAULT_KS, EMA_KEYS, MARGINAL_MODES, MIZScoreEMA, mi_metric_keys, mi_metrics
 from .mi_uncertainty import DEFAULT_BOOTSTRAP, DEFAULT_LEVEL, DEFAULT_PERMUTATIONS, scope_uncertainty, uncertainty_keys
 from .scoring.collective import ProcessGroup
-from .scoring.engine_choice import TRANSFORMERS, VLLM, EngineSelector, prefill_tokens
+from .scoring.engine_choice import TRANSFORMERS, VLLM, EngineProbe, EngineSelector
 from .scoring.pairs import NEGATIVE_SAMPLING, PairBuilder
 from .scoring.reasoning import ReasoningExtractor
 from .scoring.scopes import LocalRollouts, ScopeResult, ScoreMemo, gather_rows, score_scope
@@ -68,7 +69,7 @@ logger = logging.getLogger(__name__)
 ENGINES = ("auto", "transformers", "vllm")
 DEFAULT_TRAJECTORY_CHAINS = 16
 STATE_FILE = "mi_diagnostics_state.json"
-COUNT_KEYS = ("num_pairs", "num_dropped_empty", "num_unscored", "time_s", "vllm_engine")
+COUNT_KEYS = ("num_pairs", "num_dropped_empty", "num_unscored", "scored_tokens", "time_s", "vllm_engine")
 
 
 @dataclass
@@ -338,8 +339,10 @@ class MIDiagnostics:
             if text_error:
                 self._warn_once("text", text_error)
         for scope in self.config.scopes:
-            engine = self.engines.engine_for(scope) if isinstance(scorer, dict) else None
-            scope_scorer = CountingScorer(scorer[engine] if engine is not None else scorer)
+            engine, probe, scope_scorer = None, None, scorer
+            if isinstance(scorer, dict):  # `engine="auto"` with vLLM: the scope's measured engine, or a probe for it
+                engine = self.engines.engine_for(scope)
+                scope_scorer = scorer[engine] if engine is not None else (probe := EngineProbe(scorer, group))
             if errors:
                 result = ScopeResult(error="; ".join(errors))
             else:
@@ -361,14 +364,12 @@ class MIDiagnostics:
                     memo=memo,
                 )
             self.last_results[scope] = result
-            # every process records the same numbers: the token count is summed, the time is already the largest
-            tokens = sum(group.all_gather(scope_scorer.prefill_tokens))
-            if engine is not None and result.error is None:
-                self.engines.record(scope, engine, result.time_s, tokens)
+            if probe is not None:  # every process holds the same gathered probe times
+                engine = probe.chosen or TRANSFORMERS  # nothing probed (every pair already scored): not decided
+                if probe.chosen is not None and result.error is None:
+                    self.engines.record(scope, probe.seconds, probe.tokens)
             scope_values = self._scope_metrics(scope, result, step)
-            # the engine the scope was given (a scope whose pairs all came from the other scope's scores is not
-            # calibrated by it, and keeps the first engine of the calibration order)
-            vllm = engine == VLLM if engine is not None else isinstance(scope_scorer.scorer, VLLMCrossScorer)
+            vllm = engine == VLLM if engine is not None else isinstance(scorer, VLLMCrossScorer)
             scope_values["vllm_engine"] = float(vllm)
             metrics.update({mi_key(scope, key): value for key, value in scope_values.items()})
         metrics[MI_TIME] = max(group.all_gather(time.perf_counter() - began))
@@ -397,6 +398,7 @@ class MIDiagnostics:
             num_pairs=float(num_pairs),
             num_dropped_empty=float(result.num_dropped_empty),
             num_unscored=float(result.num_unscored),
+            scored_tokens=float(result.scored_tokens),
             time_s=result.time_s,
         )
         return values
@@ -454,21 +456,6 @@ class MIDiagnostics:
                 f"{path} is not an MI diagnostics state ({error}); resume from another checkpoint"
             ) from error
         return True
-
-
-class CountingScorer:
-    """Delegates `score` to a scorer and counts the prefill tokens of the pairs it was asked to score."""
-
-    def __init__(self, scorer):
-        self.scorer = scorer
-        self.prefill_tokens = 0
-
-    def score(self, contexts, chains, mask=None, **kwargs):
-        if mask is not None:
-            self.prefill_tokens += prefill_tokens(contexts, chains, mask)
-        else:
-            self.prefill_tokens += len(chains) * sum(map(len, contexts)) + len(contexts) * sum(map(len, chains))
-        return self.scorer.score(contexts, chains, mask, **kwargs)
 
 
 def _is_sharded(trainer) -> bool:

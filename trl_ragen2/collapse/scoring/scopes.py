@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from .collective import ProcessGroup
+from .engine_choice import prefill_tokens
 from .pairs import (
     Draw,
     PairBuilder,
@@ -114,6 +115,9 @@ class ScopeResult:
     column_context: list[int] | None = None  # (C,)
     num_dropped_empty: int = 0
     num_unscored: int = 0
+    # the work scored, over processes: `sum of len(context) + len(chain)` over the pairs sent to the scorer (pairs
+    # already scored for this batch by the other scope are not counted)
+    scored_tokens: int = 0
     time_s: float = 0.0
     error: str | None = None
 
@@ -196,7 +200,7 @@ def score_scope(
 
     # -- collective 3 (inside the scorer for server/sharded engines): score this process's chains
     mine = [(draw, chain) for draw, _, chain in pairs if chain and draw.index in scored]
-    rows: list = []
+    rows, tokens = [], 0
     if not errors and kept:
         try:
             negatives_fn = None
@@ -208,7 +212,7 @@ def score_scope(
                         own, contexts, num_negatives, negative_sampling, seed=seed * 7919 + step, keys=keys
                     )
 
-            rows = _score_local(
+            rows, tokens = _score_local(
                 mine,
                 contexts,
                 column_context,
@@ -222,16 +226,17 @@ def score_scope(
             error = f"scoring failed: {exc!r}"
 
     # -- collective 4: every chain's score row, so every process builds the same matrix
-    gathered = group.all_gather((rows, error, time.perf_counter() - began))
-    errors += [f"process {rank}: {err}" for rank, (_, err, _) in enumerate(gathered) if err]
-    result.time_s = max(elapsed for _, _, elapsed in gathered)
+    gathered = group.all_gather((rows, error, time.perf_counter() - began, tokens))
+    errors += [f"process {rank}: {err}" for rank, (_, err, _, _) in enumerate(gathered) if err]
+    result.time_s = max(elapsed for _, _, elapsed, _ in gathered)
+    result.scored_tokens = sum(tokens for _, _, _, tokens in gathered)
     if errors:
         result.error = "; ".join(errors)
         return result
     if not kept:
         result.error = "no pair with non-empty reasoning was sampled"
         return result
-    entries = sorted((entry for entries, _, _ in gathered for entry in entries), key=lambda entry: entry[0])
+    entries = sorted((entry for entries, _, _, _ in gathered for entry in entries), key=lambda entry: entry[0])
     complete = [entry for entry in entries if not any(v != v for v in entry[3])]  # drop rows with NaN scores
     result.num_unscored = len(entries) - len(complete)
     if not complete:
@@ -252,7 +257,8 @@ def score_scope(
 
 
 def _score_local(mine, contexts, column_context, column_of_draw, scorer, *, negatives_fn, sync, memo):
-    """Score this process's chains; returns `[(draw index, length, own column, score row, chain ids)]`.
+    """Score this process's chains; returns `[(draw index, length, own column, score row, chain ids)]` and the
+    prefill tokens of the pairs sent to the scorer.
 
     Full mode: the score row is over the distinct contexts (expanded to columns after the gather). Negatives mode
     (`negatives_fn` given): the row is [own, negative_1, ..., negative_K] over distinct contexts. Pairs already in
@@ -281,7 +287,8 @@ def _score_local(mine, contexts, column_context, column_of_draw, scorer, *, nega
         own_column = [0] * len(mine)
     else:
         own_column = [column_of_draw[draw.index] for draw, _ in mine]
-    return [
+    rows = [
         (draw.index, len(chain), own_column[n], scores[n].tolist(), list(chain))
         for n, (draw, chain) in enumerate(mine)
     ]
+    return rows, prefill_tokens(contexts, unique_chains, todo)
