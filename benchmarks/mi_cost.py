@@ -228,7 +228,8 @@ def recipe_run(python: str, name: str, every: int = 5) -> dict:
 
 def recipe_engines(python: str, out_dir: str, names: list[str]) -> None:
     """Run the `names` of `RECIPE_RUNS` one after another and merge each into `out_dir/recipe_engines.json` as it
-    finishes (runs of other invocations are kept), then print the tables."""
+    finishes (runs of other invocations are kept, each with the commit it ran), then print the tables."""
+    import subprocess
     from pathlib import Path
 
     path = Path(out_dir) / RECIPE_FILE
@@ -239,6 +240,8 @@ def recipe_engines(python: str, out_dir: str, names: list[str]) -> None:
     for name in names:
         run = recipe_run(python, name)
         run["command"] = f"python benchmarks/mi_cost.py --recipe_engines {name} --python {interpreter}"
+        run["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                       cwd=Path(__file__).resolve().parent).stdout.strip()  # fmt: skip
         runs[name] = run
         print(json.dumps({name: run}), flush=True)
         path.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
